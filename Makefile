@@ -1,0 +1,46 @@
+# Two commands for a new machine: `make demo` (the main job) and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_HOME := $(CURDIR)/.demo
+PIP_QUIET := grep -v '^WARNING: Location' || true
+
+.PHONY: venv demo test test-unit lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements-dev.txt 2>&1 | $(PIP_QUIET)
+	$(BIN)/pip install -q --no-deps -e . 2>&1 | $(PIP_QUIET)
+	$(BIN)/python -c "import airflow, apache_beam, torch, transformers, gpuflow"
+	touch $(STAMP)
+
+# The streaming LLM DAG on the local profile, with `airflow dags test` on a fresh SQLite Airflow home.
+demo: venv
+	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)/airflow
+	export AIRFLOW_HOME=$(DEMO_HOME)/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	  AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False; \
+	$(BIN)/airflow db migrate > $(DEMO_HOME)/db-migrate.log 2>&1; \
+	$(BIN)/gpuflow emulators run -- $(BIN)/airflow dags test llm_streaming_inference 2>&1 | tee $(DEMO_HOME)/dags-test.log; \
+	$(BIN)/python -m gpuflow.demo_report $(DEMO_HOME)/dags-test.log
+
+lint: venv
+	$(BIN)/ruff check .
+
+test-unit: venv
+	$(BIN)/python -m pytest -m "not integration"
+
+test: venv lint
+	$(BIN)/python -m pytest
+
+bench: venv
+	$(BIN)/gpuflow emulators run -- $(BIN)/python benchmarks/inference_throughput.py
+	$(BIN)/python benchmarks/model_load.py
+	$(BIN)/python benchmarks/dag_parse.py
+
+clean:
+	rm -rf $(DEMO_HOME) .pytest_cache .ruff_cache

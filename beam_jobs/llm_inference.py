@@ -1,0 +1,465 @@
+"""LLM inference with Beam RunInference: Pub/Sub in, Pub/Sub out (streaming), or JSONL (batch).
+
+Self-contained on purpose: Dataflow workers run this file without the gpuflow package.
+
+Streaming::
+
+    python beam_jobs/llm_inference.py --model-name DIR_OR_HUB_NAME --state-dict-path gs://.../state_dict.pth \
+        --messages-subscription projects/P/subscriptions/S --responses-topic projects/P/topics/T \
+        --dead-letter-topic projects/P/topics/D [Beam pipeline options]
+
+Batch (a line in is {"id": ..., "prompt": ...}; a line out adds "response")::
+
+    python beam_jobs/llm_inference.py --model-name ... --state-dict-path ... --input prompts.jsonl --output out/
+
+Every prompt ends in exactly one place: answered, or in the dead-letter output with its reason.
+"""
+
+import argparse
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, StandardOptions
+
+log = logging.getLogger("gpuflow.llm_inference")
+
+#: The Pub/Sub message attribute that carries a prompt's id, copied onto its answer.
+ID_ATTRIBUTE = "id"
+#: Files a model directory needs besides the weights (config and tokenizer).
+_MODEL_DIR_SUFFIXES = (".json", ".model", ".txt")
+
+# A prompt element travelling to RunInference: (prompt id, prompt text, token ids).
+PromptElement = tuple[str, str, list[int]]
+
+
+# ------------------------------------------------------------------------------------------
+# Model files
+
+
+def _gcs_blobs(uri_prefix: str):
+    """Blobs under a gs:// prefix. The storage client honours STORAGE_EMULATOR_HOST for local runs."""
+    from google.cloud import storage
+
+    bucket_name, _, prefix = uri_prefix.removeprefix("gs://").partition("/")
+    return storage.Client().list_blobs(bucket_name, prefix=prefix)
+
+
+def materialize_model_dir(model_name: str) -> str:
+    """Return a local directory or hub name for ``from_pretrained``; copies a ``gs://`` directory down."""
+    if not model_name.startswith("gs://"):
+        return model_name
+    local_dir = tempfile.mkdtemp(prefix="gpuflow-model-")
+    for blob in _gcs_blobs(model_name.rstrip("/") + "/"):
+        name = blob.name.rsplit("/", 1)[-1]
+        if "/" in blob.name.removeprefix(model_name.removeprefix("gs://").partition("/")[2].rstrip("/") + "/"):
+            continue  # only the directory's own files
+        if name.endswith(_MODEL_DIR_SUFFIXES):  # weights are read from --state-dict-path, not copied twice
+            blob.download_to_filename(os.path.join(local_dir, name))
+    return local_dir
+
+
+def load_tokenizer(model_dir: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def _open_state_dict(path: str, device: str):
+    import torch
+
+    if path.startswith("gs://"):
+        # Download to local disk first so the tensors can be memory-mapped from there.
+        (blob,) = [blob for blob in _gcs_blobs(path) if blob.name == path.removeprefix("gs://").partition("/")[2]]
+        local_copy = os.path.join(tempfile.mkdtemp(prefix="gpuflow-weights-"), "state_dict.pth")
+        blob.download_to_filename(local_copy)
+        path = local_copy
+    # mmap: tensors are paged in from the file instead of being read into fresh buffers first.
+    return torch.load(path, map_location=device, weights_only=True, mmap=True)
+
+
+def choose_device_and_dtype(dtype: str = "auto", require_gpu: bool = False):
+    """cuda when present; bf16 where the GPU supports it, fp32 elsewhere. Never fp16 (T5 overflows)."""
+    import torch
+
+    if torch.cuda.is_available():
+        device = "cuda"
+    elif require_gpu:
+        raise RuntimeError(
+            "require_gpu is set but PyTorch sees no CUDA device on this worker. Check the "
+            "worker_accelerator option (install-nvidia-driver), the container's CUDA build of torch, "
+            "and LD_LIBRARY_PATH=/usr/local/nvidia/lib64; or set require_gpu: false to run on CPU."
+        )
+    else:
+        device = "cpu"
+    if dtype == "auto":
+        use_bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+        return device, torch.bfloat16 if use_bf16 else torch.float32
+    if dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"dtype {dtype!r} is not supported: use auto, bfloat16 or float32 (fp16 overflows in T5)")
+    return device, getattr(torch, dtype)
+
+
+def load_seq2seq_model(model_dir: str, state_dict_path: str, device: str, dtype):
+    """Build the model directly in ``dtype`` on the meta device and assign the saved tensors to it.
+
+    No random initialisation runs and no fp32 copy of a bf16 checkpoint is ever made.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForSeq2SeqLM.from_config(config, dtype=dtype)
+    state_dict = _open_state_dict(state_dict_path, device)
+    state_dict = {key: tensor.to(device=device, dtype=dtype) for key, tensor in state_dict.items()}
+    missing, unexpected = model.load_state_dict(state_dict, strict=False, assign=True)
+    model.tie_weights()
+    still_meta = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
+    if still_meta or unexpected:
+        raise RuntimeError(
+            f"state_dict at {state_dict_path} does not fit the model config in {model_dir}: "
+            f"missing {still_meta[:5]}, unexpected {list(unexpected)[:5]}. Re-export it with download_model.py."
+        )
+    del missing
+    model.eval()
+    return model
+
+
+# ------------------------------------------------------------------------------------------
+# Model handler
+
+
+class LoadedSeq2Seq:
+    """What ``load_model`` hands to ``run_inference``: the model, its tokenizer and device."""
+
+    def __init__(self, model, tokenizer, device: str):
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+
+
+class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedSeq2Seq]):
+    """Pads each batch with an attention mask and calls ``generate`` once per batch.
+
+    The guide's ``PytorchModelHandlerTensor`` stacks token tensors and fails as soon as two
+    prompts of different lengths share a batch. A prompt whose inference fails gets an
+    ``{"error": ...}`` inference instead of sinking the other prompts of its batch.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        state_dict_path: str,
+        max_new_tokens: int = 16,
+        dtype: str = "auto",
+        require_gpu: bool = False,
+        min_batch_size: int = 1,
+        max_batch_size: int = 16,
+        max_batch_duration_secs: float | None = None,
+    ):
+        batching: dict[str, Any] = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
+        if max_batch_duration_secs:
+            batching["max_batch_duration_secs"] = max_batch_duration_secs
+        super().__init__(**batching)
+        self._batching = batching
+        self.model_name = model_name
+        self.state_dict_path = state_dict_path
+        self.max_new_tokens = max_new_tokens
+        self.dtype = dtype
+        self.require_gpu = require_gpu
+
+    def batch_elements_kwargs(self) -> dict[str, Any]:
+        return dict(self._batching)
+
+    def load_model(self) -> LoadedSeq2Seq:
+        started = time.monotonic()
+        device, dtype = choose_device_and_dtype(self.dtype, self.require_gpu)
+        model_dir = materialize_model_dir(self.model_name)
+        model = load_seq2seq_model(model_dir, self.state_dict_path, device, dtype)
+        log.info(
+            "gpuflow: model loaded on %s in %s from %s in %.1fs", device, dtype, self.state_dict_path,
+            time.monotonic() - started,
+        )
+        return LoadedSeq2Seq(model, load_tokenizer(model_dir), device)
+
+    def _generate(self, loaded: LoadedSeq2Seq, token_lists: Sequence[list[int]]) -> list[str]:
+        import torch
+
+        pad_id = loaded.model.config.pad_token_id or 0
+        width = max(len(tokens) for tokens in token_lists)
+        input_ids = torch.full((len(token_lists), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(token_lists), width), dtype=torch.long)
+        for row, tokens in enumerate(token_lists):
+            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            attention_mask[row, : len(tokens)] = 1
+        with torch.inference_mode():
+            output = loaded.model.generate(
+                input_ids=input_ids.to(loaded.device),
+                attention_mask=attention_mask.to(loaded.device),
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+            )
+        return loaded.tokenizer.batch_decode(output, skip_special_tokens=True)
+
+    def run_inference(
+        self, batch: Sequence[PromptElement], model: LoadedSeq2Seq, inference_args: dict[str, Any] | None = None
+    ) -> Iterable[PredictionResult]:
+        try:
+            answers: list[Any] = self._generate(model, [tokens for _, _, tokens in batch])
+        except Exception as batch_error:  # retry one by one so one bad prompt cannot sink its batch
+            if len(batch) == 1:
+                answers = [{"error": f"inference failed: {type(batch_error).__name__}: {batch_error}"}]
+            else:
+                log.warning("gpuflow: batch of %d failed (%s); retrying prompts one by one", len(batch), batch_error)
+                answers = [next(iter(self.run_inference([element], model))).inference for element in batch]
+        return [PredictionResult(element, answer, model_id=str(len(batch))) for element, answer in zip(batch, answers, strict=True)]
+
+    def get_metrics_namespace(self) -> str:
+        return "gpuflow_llm"
+
+
+# ------------------------------------------------------------------------------------------
+# Parsing and routing
+
+
+class ValidatePrompt(beam.DoFn):
+    """Decode, check and tokenize a prompt. Bad input goes to the ``dead_letter`` output with a reason."""
+
+    DEAD_LETTER = "dead_letter"
+
+    def __init__(self, model_name: str, max_input_tokens: int):
+        self.model_name = model_name
+        self.max_input_tokens = max_input_tokens
+        self._tokenizer = None
+
+    def setup(self):
+        self._tokenizer = load_tokenizer(materialize_model_dir(self.model_name))
+
+    def process(self, record: tuple[str, bytes | str]):
+        prompt_id, payload = record
+        try:
+            prompt = payload.decode("utf-8") if isinstance(payload, bytes) else payload
+        except UnicodeDecodeError as error:
+            yield dead_letter(prompt_id, payload, f"invalid UTF-8: {error}")
+            return
+        if not prompt.strip():
+            yield dead_letter(prompt_id, payload, "empty prompt")
+            return
+        tokens = self._tokenizer(prompt)["input_ids"]
+        if len(tokens) > self.max_input_tokens:
+            yield dead_letter(
+                prompt_id, payload, f"prompt has {len(tokens)} tokens, over the limit of {self.max_input_tokens}"
+            )
+            return
+        yield prompt_id, prompt, tokens
+
+
+def dead_letter(prompt_id: str | None, payload: Any, reason: str) -> beam.pvalue.TaggedOutput:
+    if isinstance(payload, bytes):
+        payload = payload.decode("utf-8", errors="replace")
+    return beam.pvalue.TaggedOutput(
+        ValidatePrompt.DEAD_LETTER, {"id": prompt_id, "prompt": payload, "error": reason}
+    )
+
+
+def route_prediction(result: PredictionResult):
+    """Answers to the main output; per-prompt failures to the dead-letter output."""
+    prompt_id, prompt, _ = result.example
+    if isinstance(result.inference, dict):
+        yield dead_letter(prompt_id, prompt, result.inference["error"])
+    else:
+        yield {"id": prompt_id, "prompt": prompt, "response": result.inference, "batch_size": int(result.model_id)}
+
+
+def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:
+    """RunInference's failed_inferences: (batch or element, exception info) -> one dead letter each."""
+    elements, error = failure
+    if not isinstance(elements, list):
+        elements = [elements]
+    reason = f"inference failed: {error}"
+    for element in elements:
+        prompt_id, prompt = (element[0], element[1]) if isinstance(element, tuple) else (None, element)
+        yield {"id": prompt_id, "prompt": prompt, "error": reason}
+
+
+def parse_jsonl_line(line: str):
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict) or "prompt" not in record:
+            raise ValueError('a line must be a JSON object with a "prompt" field')
+    except ValueError as error:
+        yield dead_letter(None, line, f"malformed input line: {error}")
+        return
+    prompt_id = None if record.get("id") is None else str(record["id"])
+    yield prompt_id, record["prompt"] if isinstance(record["prompt"], str) else json.dumps(record["prompt"])
+
+
+def pubsub_to_record(message) -> tuple[str, bytes]:
+    attributes = message.attributes or {}
+    prompt_id = attributes.get(ID_ATTRIBUTE) or getattr(message, "message_id", None) or ""
+    return prompt_id, message.data
+
+
+def answer_to_pubsub(answer: dict[str, Any]):
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+
+    attributes = {ID_ATTRIBUTE: answer["id"] or "", "batch_size": str(answer["batch_size"])}
+    return PubsubMessage(answer["response"].encode("utf-8"), attributes)
+
+
+def dead_letter_to_pubsub(letter: dict[str, Any]):
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+
+    attributes = {ID_ATTRIBUTE: letter.get("id") or "", "error": letter["error"][:1024]}
+    return PubsubMessage(json.dumps(letter).encode("utf-8"), attributes)
+
+
+# ------------------------------------------------------------------------------------------
+# Pipeline
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-name", "--model_name", dest="model_name", required=True)
+    parser.add_argument("--state-dict-path", "--state_dict_path", dest="state_dict_path", required=True)
+    parser.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=16)
+    parser.add_argument("--max-input-tokens", dest="max_input_tokens", type=int, default=512)
+    parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto")
+    parser.add_argument("--require-gpu", dest="require_gpu", action="store_true")
+    parser.add_argument("--min-batch-size", dest="min_batch_size", type=int, default=1)
+    parser.add_argument("--max-batch-size", dest="max_batch_size", type=int, default=16)
+    parser.add_argument("--max-batch-duration-secs", dest="max_batch_duration_secs", type=float, default=0)
+    batch = parser.add_argument_group("batch mode")
+    batch.add_argument("--input", help="JSONL prompts file")
+    batch.add_argument("--output", help="directory (ending in /) or prefix for the JSONL outputs")
+    streaming = parser.add_argument_group("streaming mode")
+    streaming.add_argument("--messages-subscription", "--messages_subscription", dest="messages_subscription")
+    streaming.add_argument("--responses-topic", "--responses_topic", dest="responses_topic")
+    streaming.add_argument("--dead-letter-topic", "--dead_letter_topic", dest="dead_letter_topic")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = build_arg_parser()
+    known, pipeline_args = parser.parse_known_args(argv)
+    streaming_args = [known.messages_subscription, known.responses_topic, known.dead_letter_topic]
+    if known.input or known.output:
+        if not (known.input and known.output) or any(streaming_args):
+            parser.error("batch mode takes --input and --output, and no streaming arguments")
+    elif not all(streaming_args):
+        parser.error(
+            "give --input and --output (batch), or --messages-subscription, --responses-topic and "
+            "--dead-letter-topic (streaming)"
+        )
+    return known, pipeline_args
+
+
+def output_paths(output: str) -> tuple[str, str]:
+    """The answers file and the dead-letter file for ``--output``."""
+    if output.endswith("/") or os.path.isdir(output):
+        base = output.rstrip("/") + "/"
+        return base + "responses.jsonl", base + "dead_letters.jsonl"
+    return output + "-responses.jsonl", output + "-dead_letters.jsonl"
+
+
+def make_model_handler(args: argparse.Namespace, streaming: bool) -> Seq2SeqGenerateHandler:
+    return Seq2SeqGenerateHandler(
+        model_name=args.model_name,
+        state_dict_path=args.state_dict_path,
+        max_new_tokens=args.max_new_tokens,
+        dtype=args.dtype,
+        require_gpu=args.require_gpu,
+        min_batch_size=args.min_batch_size,
+        max_batch_size=args.max_batch_size,
+        # Cross-bundle batching needs a stateful DoFn; it only makes sense in streaming.
+        max_batch_duration_secs=args.max_batch_duration_secs if streaming else None,
+    )
+
+
+def build_pipeline(
+    pipeline: beam.Pipeline, args: argparse.Namespace, model_handler: ModelHandler | None = None
+) -> None:
+    streaming = bool(args.messages_subscription)
+    handler = model_handler or make_model_handler(args, streaming)
+    if streaming:
+        from apache_beam.io.gcp.pubsub import ReadFromPubSub
+
+        records = (
+            pipeline
+            | "ReadPrompts" >> ReadFromPubSub(subscription=args.messages_subscription, with_attributes=True)
+            | "ToRecord" >> beam.Map(pubsub_to_record)
+        )
+    else:
+        records = (
+            pipeline
+            | "ReadPrompts" >> beam.io.ReadFromText(args.input)
+            | "ParseLines" >> beam.FlatMap(parse_jsonl_line).with_outputs(ValidatePrompt.DEAD_LETTER, main="records")
+        )
+        bad_lines, records = records[ValidatePrompt.DEAD_LETTER], records.records
+
+    validated = records | "Validate" >> beam.ParDo(
+        ValidatePrompt(args.model_name, args.max_input_tokens)
+    ).with_outputs(ValidatePrompt.DEAD_LETTER, main="prompts")
+    predictions, failures = validated.prompts | "RunInference" >> RunInference(handler).with_exception_handling()
+    routed = predictions | "Route" >> beam.FlatMap(route_prediction).with_outputs(
+        ValidatePrompt.DEAD_LETTER, main="answers"
+    )
+    failed_batches = failures.failed_inferences | "FailedBatches" >> beam.FlatMap(failed_batch_to_dead_letters)
+    dead_letter_parts = [validated[ValidatePrompt.DEAD_LETTER], routed[ValidatePrompt.DEAD_LETTER], failed_batches]
+    if not streaming:
+        dead_letter_parts.append(bad_lines)
+    dead_letters = dead_letter_parts | "AllDeadLetters" >> beam.Flatten()
+
+    if streaming:
+        from apache_beam.io.gcp.pubsub import WriteToPubSub
+
+        _ = (
+            routed.answers
+            | "AnswerMessages" >> beam.Map(answer_to_pubsub)
+            | "WriteAnswers" >> WriteToPubSub(args.responses_topic, with_attributes=True)
+        )
+        _ = (
+            dead_letters
+            | "DeadLetterMessages" >> beam.Map(dead_letter_to_pubsub)
+            | "WriteDeadLetters" >> WriteToPubSub(args.dead_letter_topic, with_attributes=True)
+        )
+    else:
+        answers_path, dead_letters_path = output_paths(args.output)
+        for label, collection, path in (
+            ("Answers", routed.answers, answers_path),
+            ("DeadLetters", dead_letters, dead_letters_path),
+        ):
+            _ = (
+                collection
+                | f"Format{label}" >> beam.Map(json.dumps)
+                | f"Write{label}" >> beam.io.WriteToText(path, shard_name_template="", num_shards=1)
+            )
+
+
+def run(argv: Sequence[str] | None = None, save_main_session: bool = True, test_pipeline=None, model_handler=None):
+    """Entry point, shaped like Beam's RunInference examples."""
+    args, pipeline_args = parse_args(argv)
+    options = PipelineOptions(pipeline_args)
+    options.view_as(SetupOptions).save_main_session = save_main_session
+    if args.messages_subscription:
+        options.view_as(StandardOptions).streaming = True
+    pipeline = test_pipeline or beam.Pipeline(options=options)
+    build_pipeline(pipeline, args, model_handler)
+    if test_pipeline is not None:
+        return None
+    result = pipeline.run()
+    # gpuflow's launcher waits for this line before it reports the pipeline as started.
+    log.info("gpuflow: pipeline running (%s)", "streaming" if args.messages_subscription else "batch")
+    result.wait_until_finish()
+    return result
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.INFO)
+    run()

@@ -1,0 +1,49 @@
+"""llm_streaming_inference: from model weights to a streaming RunInference pipeline that answers prompts.
+
+preflight -> setup -> export_model -> build_container -> verify_gpu -> launch -> smoke_test -> cleanup
+
+setup and launch are Airflow setup tasks and cleanup is their teardown: once anything was created,
+cleanup runs even when a later task fails, and the run still ends failed.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+from gpuflow.operators import (
+    BuildContainerOperator,
+    CleanupOperator,
+    ExportModelOperator,
+    LaunchPipelineOperator,
+    PreflightOperator,
+    SetupResourcesOperator,
+    SmokeTestOperator,
+    VerifyGpuOperator,
+    dag_params,
+)
+
+with DAG(
+    dag_id="llm_streaming_inference",
+    description="Export an LLM, build its GPU container, launch a streaming RunInference pipeline, ask it, clean up.",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    params=dag_params(),
+    tags=["gpuflow", "llm", "dataflow", "gpu"],
+    doc_md=__doc__,
+    default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=15)},
+) as dag:
+    preflight = PreflightOperator(task_id="preflight", retries=0)
+    config = preflight.output
+
+    setup = SetupResourcesOperator(task_id="setup", config_json=config)
+    export_model = ExportModelOperator(task_id="export_model", config_json=config)
+    build_container = BuildContainerOperator(task_id="build_container", config_json=config)
+    verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output)
+    launch = LaunchPipelineOperator(task_id="launch", config_json=config, retries=0)
+    smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config)
+    cleanup = CleanupOperator(task_id="cleanup", config_json=config, launch_task_id="launch")
+
+    preflight >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test >> cleanup
+    cleanup.as_teardown(setups=[setup, launch])

@@ -1,0 +1,131 @@
+"""The gpuflow command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpuflow.config import ConfigError, load_config
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="YAML configuration (default: configs/local.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.key=value",
+                        help="override one key; repeatable")
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from gpuflow.preflight import format_findings, has_errors, run_preflight
+
+    try:
+        config = load_config(args.config, overrides=args.overrides)
+    except ConfigError as error:
+        if args.json:
+            print(json.dumps({"ok": False, "config_error": str(error)}))
+        else:
+            print(str(error), file=sys.stderr)
+        return 1
+    findings = run_preflight(config, check_environment=not args.config_only)
+    if args.json:
+        print(json.dumps({"ok": not has_errors(findings), "findings": [f.model_dump() for f in findings]}, indent=2))
+    else:
+        print(format_findings(findings))
+        print("preflight: " + ("FAILED" if has_errors(findings) else "ok"))
+    return 1 if has_errors(findings) else 0
+
+
+def cmd_make_demo_model(args: argparse.Namespace) -> int:
+    from gpuflow.demo_model import write_demo_model
+
+    write_demo_model(args.directory, seed=args.seed)
+    print(f"demo model written to {args.directory}")
+    return 0
+
+
+def cmd_render_dockerfile(args: argparse.Namespace) -> int:
+    from gpuflow.containers import check_dockerfile, render_recipe
+
+    config = load_config(args.config, overrides=args.overrides)
+    dockerfile = render_recipe(config, Path(args.output), args.recipe)
+    problems = check_dockerfile(dockerfile, config)
+    print(f"build context written to {args.output}")
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def cmd_emulators(args: argparse.Namespace) -> int:
+    """start: run until interrupted; run -- CMD: start, run CMD with the emulator environment, stop."""
+    from gpuflow.emulators import running_emulators
+
+    config = load_config(args.config, overrides=args.overrides)
+    log_dir = Path(config.local.state_dir) / "emulators"
+    with running_emulators(config, log_dir) as env:
+        if args.action == "env":
+            for key, value in env.items():
+                if not key.startswith("AIRFLOW_CONN_"):
+                    print(f"export {key}={value}")
+            return 0
+        if args.action == "run":
+            command = [part for part in args.command if part != "--"]
+            if not command:
+                print("gpuflow emulators run -- COMMAND ...", file=sys.stderr)
+                return 2
+            return subprocess.call(command, env={**os.environ, **env})
+        print(f"emulators running (logs in {log_dir}); Ctrl-C stops them", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuflow", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    preflight = commands.add_parser("preflight", help="validate a configuration and the environment")
+    _add_config_args(preflight)
+    preflight.add_argument("--json", action="store_true", help="machine-readable output")
+    preflight.add_argument("--config-only", action="store_true",
+                           help="skip the environment checks (emulators, launch-environment versions)")
+    preflight.set_defaults(func=cmd_preflight)
+
+    demo = commands.add_parser("make-demo-model", help="write the small offline seq2seq model")
+    demo.add_argument("directory")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=cmd_make_demo_model)
+
+    render = commands.add_parser("render-dockerfile", help="write a container build context")
+    _add_config_args(render)
+    render.add_argument("--recipe", default=None)
+    render.add_argument("--output", required=True)
+    render.set_defaults(func=cmd_render_dockerfile)
+
+    emulators = commands.add_parser("emulators", help="start the local profile's emulators")
+    _add_config_args(emulators)
+    emulators.add_argument("action", choices=["start", "run", "env"])
+    emulators.add_argument("command", nargs=argparse.REMAINDER)
+    emulators.set_defaults(func=cmd_emulators)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as error:
+        print(str(error), file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""The one typed configuration of a gpuflow workflow.
+
+It is loaded once (YAML file, then the DAG run's Params, then ``--set`` overrides),
+validated once, and then passed everywhere as a ``GpuflowConfig`` or its JSON dump.
+Nothing else in gpuflow reads environment variables for settings.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG_FILE = PROJECT_ROOT / "configs" / "local.yaml"
+
+#: The model name that means "the small seq2seq model gpuflow builds offline".
+DEMO_MODEL_NAME = "gpuflow-demo"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased so that the message names the field and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    name: str = Field(
+        DEMO_MODEL_NAME,
+        description=(
+            "Hugging Face seq2seq model: a hub name, a local directory, or "
+            f"'{DEMO_MODEL_NAME}' for the small T5 that gpuflow builds offline."
+        ),
+    )
+    max_new_tokens: int = Field(16, ge=1, le=4096, description="Tokens generated per answer (greedy decoding).")
+    max_input_tokens: int = Field(
+        512, ge=1, le=32768, description="Longer prompts go to the dead-letter topic instead of the model."
+    )
+    dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto",
+        description=(
+            "Inference dtype. 'auto' is bfloat16 on GPUs that support it and float32 elsewhere. "
+            "float16 is not offered: T5 models overflow to NaN in fp16."
+        ),
+    )
+
+
+class GpuConfig(_Section):
+    type: str = Field("nvidia-l4", description="Dataflow accelerator name, e.g. nvidia-l4 or nvidia-tesla-t4.")
+    count: int = Field(1, ge=1, le=16, description="GPUs per worker.")
+    machine_type: str = Field("g2-standard-4", description="Worker machine type; it must fit the GPU type.")
+
+
+class WorkerConfig(_Section):
+    disk_size_gb: int = Field(50, ge=10, le=65536, description="Worker boot disk; GPU containers need 50 GB or more.")
+    max_num_workers: int = Field(1, ge=1, le=1000, description="Upper bound for Dataflow autoscaling.")
+
+
+class ContainerConfig(_Section):
+    recipe: str = Field("beam_sdk_cuda", description="Recipe in docker/ used to build the worker image.")
+    image: str | None = Field(
+        None, description="Worker image URI. Empty: derived from the region, project and recipe."
+    )
+
+
+class PubSubConfig(_Section):
+    """Base names; each run prefixes them with its run-scoped prefix."""
+
+    prompts_topic: str = "prompts"
+    prompts_subscription: str = "prompts-sub"
+    responses_topic: str = "responses"
+    responses_subscription: str = "responses-sub"
+    dead_letter_topic: str = "dead-letters"
+    dead_letter_subscription: str = "dead-letters-sub"
+
+
+class InferenceConfig(_Section):
+    min_batch_size: int = Field(1, ge=1, description="RunInference's smallest batch.")
+    max_batch_size: int = Field(16, ge=1, le=4096, description="RunInference's largest batch.")
+    max_batch_duration_secs: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description=(
+            "How long a streaming batch may wait for more prompts across bundles. "
+            "0 batches only within a bundle, which on Dataflow streaming is usually one prompt."
+        ),
+    )
+
+
+class SmokeTestConfig(_Section):
+    num_prompts: int = Field(8, ge=1, le=10000, description="Prompts the smoke test publishes.")
+    timeout_s: float = Field(300, gt=0, description="How long the smoke test waits for every answer.")
+
+
+class LocalConfig(_Section):
+    pubsub_emulator_host: str = Field("localhost:8085", description="host:port of the Pub/Sub emulator.")
+    storage_emulator_host: str = Field("http://localhost:9023", description="URL of the GCS emulator.")
+    runner: str = Field("BundleBasedDirectRunner", description="Beam runner for local pipelines.")
+    state_dir: str = Field(
+        "/tmp/gpuflow", description="Where local pipeline processes keep their pid files and logs."
+    )
+    pipeline_start_timeout_s: float = Field(300, gt=0, description="How long launch waits for the model to load.")
+
+
+class GpuflowConfig(_Section):
+    profile: Literal["local", "gcp"] = Field("local", description="local: emulators and DirectRunner. gcp: Google Cloud.")
+    project: str = Field("gpuflow-local", description="Google Cloud project id.")
+    region: str = Field("us-central1", description="Region for Dataflow, Vertex AI and Pub/Sub.")
+    bucket: str | None = Field(
+        None,
+        description=(
+            "GCS bucket for the model and staging. Empty: each run creates its own bucket and deletes it "
+            "afterwards. Given: the run uses a run-scoped prefix in it and deletes only that prefix."
+        ),
+    )
+    gcp_conn_id: str = Field("google_cloud_default", description="Airflow connection for Google Cloud hooks.")
+    beam_version: str = Field("2.77.0", description="Beam version of the worker container.")
+    python_version: str = Field("3.11", description="Python minor version of the worker container.")
+    require_gpu: bool = Field(False, description="Fail when the workers see no GPU instead of running on CPU.")
+    model: ModelConfig = ModelConfig()
+    gpu: GpuConfig = GpuConfig()
+    worker: WorkerConfig = WorkerConfig()
+    container: ContainerConfig = ContainerConfig()
+    pubsub: PubSubConfig = PubSubConfig()
+    inference: InferenceConfig = InferenceConfig()
+    smoke_test: SmokeTestConfig = SmokeTestConfig()
+    local: LocalConfig = LocalConfig()
+
+    @field_validator("project")
+    @classmethod
+    def _project_id_shape(cls, value: str) -> str:
+        import re
+
+        if not re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", value):
+            raise ValueError(
+                "must be a Google Cloud project id: 6-30 characters, lowercase letters, digits and hyphens, "
+                "starting with a letter (for example 'my-project-123')"
+            )
+        return value
+
+    @field_validator("python_version")
+    @classmethod
+    def _python_minor(cls, value: str) -> str:
+        import re
+
+        if not re.fullmatch(r"3\.\d{1,2}", value):
+            raise ValueError("must be a Python minor version such as '3.11' (no patch number)")
+        return value
+
+    @field_validator("beam_version")
+    @classmethod
+    def _beam_version(cls, value: str) -> str:
+        import re
+
+        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
+            raise ValueError("must be a full Beam release such as '2.77.0'")
+        return value
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_name(cls, value: str | None) -> str | None:
+        import re
+
+        if value in (None, ""):
+            return None
+        value = value.removeprefix("gs://").rstrip("/")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", value):
+            raise ValueError("must be a GCS bucket name: 3-63 lowercase letters, digits, '-', '_' or '.'")
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def _set_dotted(target: dict[str, Any], dotted_key: str, value: Any) -> None:
+    keys = dotted_key.split(".")
+    node = target
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(assignment: str) -> tuple[str, Any]:
+    """``"gpu.count=2"`` -> ``("gpu.count", 2)``; the value is read as YAML."""
+    key, sep, raw_value = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {assignment!r}: write it as dotted.key=value, for example --set gpu.count=2")
+    return key.strip(), yaml.safe_load(raw_value) if raw_value.strip() else None
+
+
+def _format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"Invalid gpuflow configuration ({source}):"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(root)"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"  {field}: unknown key. Fix: remove it or check its spelling against docs/configuration.md.")
+        else:
+            lines.append(f"  {field}: {item['msg']}. Fix: set {field} to a valid value.")
+    return "\n".join(lines)
+
+
+def resolve_config_path(config_file: str | Path | None) -> Path:
+    """Relative paths are looked up in the working directory, then in the project root."""
+    if not config_file:
+        return DEFAULT_CONFIG_FILE
+    path = Path(config_file)
+    if path.is_absolute() or path.exists():
+        return path
+    return PROJECT_ROOT / path
+
+
+def load_config(
+    config_file: str | Path | None = None,
+    params: dict[str, Any] | None = None,
+    overrides: list[str] | None = None,
+) -> GpuflowConfig:
+    """Build and validate the configuration: file, then non-empty DAG params, then ``--set`` overrides."""
+    path = resolve_config_path(config_file)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist. Fix: pass --config with an existing file.") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, not {type(raw).__name__}.")
+    merged = copy.deepcopy(raw)
+    for key, value in (params or {}).items():
+        if key == "config_file" or value is None or value == "":
+            continue
+        _set_dotted(merged, param_key_to_dotted(key), value)
+    for assignment in overrides or []:
+        key, value = parse_override(assignment)
+        _set_dotted(merged, key, value)
+    try:
+        return GpuflowConfig.model_validate(merged)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error, str(path))) from None
+
+
+def config_from_json(data: dict[str, Any] | str) -> GpuflowConfig:
+    """Rebuild the configuration a previous task validated and pushed to XCom."""
+    if isinstance(data, str):
+        return GpuflowConfig.model_validate_json(data)
+    return GpuflowConfig.model_validate(data)
+
+
+# --------------------------------------------------------------------------------------------
+# Airflow Params: one per leaf field, all optional, so the trigger form shows every field.
+
+_PARAM_SEPARATOR = "__"
+
+
+def param_key_to_dotted(key: str) -> str:
+    return key.replace(_PARAM_SEPARATOR, ".")
+
+
+def _leaf_fields(model: type[BaseModel], prefix: str = ""):
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _leaf_fields(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", field
+
+
+def params_json_schema() -> dict[str, dict[str, Any]]:
+    """JSON schema of each DAG Param, keyed by param name (dots written as '__')."""
+    full_schema = GpuflowConfig.model_json_schema()
+    definitions = full_schema.get("$defs", {})
+
+    def property_schema(dotted: str) -> dict[str, Any]:
+        node = full_schema
+        for part in dotted.split("."):
+            prop = node["properties"][part]
+            ref = prop.get("$ref") or next((a["$ref"] for a in prop.get("allOf", []) if "$ref" in a), None)
+            node = definitions[ref.split("/")[-1]] if ref else prop
+        return node
+
+    schemas: dict[str, dict[str, Any]] = {}
+    for dotted, field in _leaf_fields(GpuflowConfig):
+        prop = property_schema(dotted)
+        schema: dict[str, Any] = {"title": dotted, "description": (field.description or "") + " Empty: use the config file."}
+        types: list[str] = []
+        for option in prop.get("anyOf", [prop]):
+            if "type" in option:
+                types.append(option["type"])
+            if "enum" in option:
+                schema["enum"] = [*option["enum"], None]
+            for bound in ("minimum", "maximum", "exclusiveMinimum"):
+                if bound in option:
+                    schema[bound] = option[bound]
+        if "enum" in prop:
+            schema["enum"] = [*prop["enum"], None]
+            types = types or ["string"]
+        schema["type"] = sorted({*types, "null"})
+        schemas[dotted.replace(".", _PARAM_SEPARATOR)] = schema
+    return schemas
+
+
+#: Where Cloud Composer puts the environment bucket's data/ folder.
+COMPOSER_DATA_DIR = Path("/home/airflow/gcs/data")
+
+
+def beam_jobs_dir() -> Path:
+    """beam_jobs/ beside the package in a checkout, or under data/ on Cloud Composer."""
+    for candidate in (PROJECT_ROOT / "beam_jobs", COMPOSER_DATA_DIR / "beam_jobs"):
+        if (candidate / "llm_inference.py").exists():
+            return candidate
+    raise ConfigError(
+        f"beam_jobs/ not found in {PROJECT_ROOT} or {COMPOSER_DATA_DIR}. Fix: deploy beam_jobs/ beside "
+        "plugins/ (or into the Composer bucket's data/ folder)."
+    )

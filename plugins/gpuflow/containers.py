@@ -1,0 +1,97 @@
+"""Container recipes: render a build context from docker/, and check it statically.
+
+A real build needs a Docker engine (local) or Cloud Build (gcp); this module only renders and reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import string
+from pathlib import Path
+
+from gpuflow.config import PROJECT_ROOT, ConfigError, GpuflowConfig, beam_jobs_dir
+
+RECIPES_DIR = PROJECT_ROOT / "docker"
+BEAM_BOOT = "/opt/apache/beam/boot"
+NVIDIA_LIBS = "/usr/local/nvidia/lib64"
+_DRIVER_INSTALL = re.compile(r"(nvidia-driver|cuda-drivers|NVIDIA-Linux-.*\.run|nvidia-utils-\d+)", re.IGNORECASE)
+
+
+def recipe_names() -> list[str]:
+    return sorted(path.stem for path in RECIPES_DIR.glob("*.Dockerfile"))
+
+
+def worker_requirements(config: GpuflowConfig) -> str:
+    """What the workers need on top of the Beam SDK image (Beam itself comes with the image)."""
+    return "\n".join(
+        [
+            f"apache-beam[gcp]=={config.beam_version}",
+            "torch==2.13.0",
+            "transformers==5.24.0",
+            "tokenizers",
+            "safetensors",
+            "google-cloud-storage",
+            "",
+        ]
+    )
+
+
+def render_recipe(config: GpuflowConfig, output_dir: Path, recipe: str | None = None) -> Path:
+    """Write Dockerfile, worker-requirements.txt and beam_jobs/ into ``output_dir``; return the Dockerfile."""
+    recipe = recipe or config.container.recipe
+    template_path = RECIPES_DIR / f"{recipe}.Dockerfile"
+    if not template_path.exists():
+        raise ConfigError(f"container.recipe {recipe!r} does not exist. Fix: use one of {recipe_names()}.")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    dockerfile = output_dir / "Dockerfile"
+    dockerfile.write_text(
+        string.Template(template_path.read_text()).substitute(
+            python_version=config.python_version, beam_version=config.beam_version
+        )
+    )
+    (output_dir / "worker-requirements.txt").write_text(worker_requirements(config))
+    shutil.copytree(beam_jobs_dir(), output_dir / "beam_jobs", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dockerfile
+
+
+def context_digest(context_dir: Path) -> str:
+    """A tag derived from the build context's content, so an unchanged context is never rebuilt."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(context_dir)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def check_dockerfile(dockerfile: Path, config: GpuflowConfig) -> list[str]:
+    """Problems that would break a GPU Beam worker, read from the Dockerfile alone."""
+    from dockerfile_parse import DockerfileParser
+
+    parser = DockerfileParser(path=str(dockerfile))
+    instructions = parser.structure
+    beam_image = f"apache/beam_python{config.python_version}_sdk:{config.beam_version}"
+    froms = [i["value"].split()[0] for i in instructions if i["instruction"] == "FROM"]
+    copies_boot = any(
+        i["instruction"] == "COPY" and f"--from={beam_image}" in i["value"] and "/opt/apache/beam" in i["value"]
+        for i in instructions
+    )
+    problems = []
+    if not froms:
+        problems.append("no FROM instruction")
+    if beam_image not in froms and not copies_boot:
+        problems.append(f"neither starts from nor copies /opt/apache/beam from {beam_image}")
+    entrypoints = [i["value"] for i in instructions if i["instruction"] == "ENTRYPOINT"]
+    if (entrypoints and BEAM_BOOT not in entrypoints[-1]) or (not entrypoints and froms and froms[-1] != beam_image):
+        problems.append(f'the entrypoint must be ["{BEAM_BOOT}"] (or inherited from the Beam SDK image)')
+    runs = " ".join(i["value"] for i in instructions if i["instruction"] == "RUN")
+    if "pip check" not in runs:
+        problems.append("no `pip check` after the installs")
+    if _DRIVER_INSTALL.search(runs):
+        problems.append("installs a GPU driver; Dataflow installs the driver on the host (install-nvidia-driver)")
+    env = " ".join(i["value"] for i in instructions if i["instruction"] == "ENV")
+    if NVIDIA_LIBS not in env:
+        problems.append(f"LD_LIBRARY_PATH does not include {NVIDIA_LIBS}, where Dataflow mounts the driver")
+    return problems

@@ -1,0 +1,169 @@
+"""Thin Airflow operators over gpuflow.steps.
+
+Importing this module is cheap: the steps, and through them torch, Beam and the Google clients,
+are imported inside ``execute``, never when Airflow parses a DAG file.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow.exceptions import AirflowFailException
+from airflow.sdk import BaseOperator, Param
+
+from gpuflow.config import DEFAULT_CONFIG_FILE, PROJECT_ROOT, config_from_json, load_config, params_json_schema
+from gpuflow.naming import ResourceNames, resource_names, run_prefix
+
+log = logging.getLogger(__name__)
+
+
+def dag_params() -> dict[str, Param]:
+    """One Param per configuration field, all empty by default (empty: the config file's value)."""
+    params = {
+        "config_file": Param(
+            str(DEFAULT_CONFIG_FILE.relative_to(PROJECT_ROOT)),
+            type="string",
+            title="config_file",
+            description="YAML configuration, relative to the project root or absolute. The fields below override it.",
+        )
+    }
+    for key, schema in params_json_schema().items():
+        params[key] = Param(None, **schema)
+    return params
+
+
+def names_for(context: Any, config) -> ResourceNames:
+    return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
+
+
+class GpuflowStepOperator(BaseOperator):
+    """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment."""
+
+    template_fields = ("config_json",)
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, config_json: Any = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config_json = config_json
+
+    def execute(self, context: Any) -> Any:
+        from gpuflow.platform import get_platform
+
+        config = config_from_json(self.config_json)
+        names = names_for(context, config)
+        platform = get_platform(config)
+        with platform.environment():
+            return self.run_step(config, names, platform, context)
+
+    def run_step(self, config, names: ResourceNames, platform, context: Any) -> Any:
+        raise NotImplementedError
+
+
+class PreflightOperator(BaseOperator):
+    """Validate the configuration and the environment; fail before anything is created."""
+
+    ui_color = "#fff3cd"
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from gpuflow.config import ConfigError
+        from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
+
+        params = dict(context["params"])
+        try:
+            config = load_config(params.get("config_file"), params)
+        except ConfigError as error:
+            raise AirflowFailException(str(error)) from None
+        findings = run_preflight(config)
+        log.info("preflight of run %s:\n%s", names_for(context, config).prefix, format_findings(findings))
+        if has_errors(findings):
+            # A bad configuration will not get better on retry.
+            raise AirflowFailException(str(PreflightFailed(findings)))
+        return config.model_dump(mode="json")
+
+
+class SetupResourcesOperator(GpuflowStepOperator):
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.resources import create_resources
+
+        return create_resources(config, names, platform.conn_id)
+
+
+class ExportModelOperator(GpuflowStepOperator):
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.export import export_model
+
+        return export_model(config, names, platform)
+
+
+class BuildContainerOperator(GpuflowStepOperator):
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.container import build_container
+
+        return build_container(config, names, platform)
+
+
+class VerifyGpuOperator(GpuflowStepOperator):
+    template_fields = ("config_json", "image")
+
+    def __init__(self, *, image: Any = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.image = image
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.gpu import verify_gpu
+
+        image = self.image["image"] if isinstance(self.image, dict) else self.image
+        return verify_gpu(config, names, platform, image or "")
+
+
+class LaunchPipelineOperator(GpuflowStepOperator):
+    """Starts the streaming pipeline; pushes its job handle at once; ``on_kill`` stops it."""
+
+    ui_color = "#d4edda"
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._platform = None
+        self._handle = None
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.launch import launch
+
+        self._platform = platform
+
+        def remember(handle) -> None:
+            self._handle = handle
+            context["ti"].xcom_push(key="job_handle", value=handle.to_xcom())
+
+        return launch(config, names, platform, on_handle=remember).to_xcom()
+
+    def on_kill(self) -> None:
+        if self._platform is not None and self._handle is not None:
+            log.info("task killed: stopping pipeline %s", self._handle.name)
+            self._platform.stop_pipeline(self._handle)
+
+
+class SmokeTestOperator(GpuflowStepOperator):
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.smoke import smoke_test
+
+        return smoke_test(config, names, platform.conn_id)
+
+
+class CleanupOperator(GpuflowStepOperator):
+    """Stops the run's pipeline (by handle, and by the run's prefix) and deletes the run's resources."""
+
+    ui_color = "#f8d7da"
+
+    def __init__(self, *, launch_task_id: str = "launch", **kwargs: Any):
+        super().__init__(**kwargs)
+        self.launch_task_id = launch_task_id
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.platform import JobHandle
+        from gpuflow.steps.cleanup import cleanup
+
+        pushed = context["ti"].xcom_pull(task_ids=self.launch_task_id, key="job_handle")
+        handle = JobHandle.model_validate(pushed) if pushed else None
+        return cleanup(config, names, platform, handle)

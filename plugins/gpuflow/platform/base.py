@@ -1,0 +1,65 @@
+"""The four concerns that differ by profile, and the job handle that crosses tasks."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from gpuflow.config import GpuflowConfig
+from gpuflow.naming import ResourceNames
+
+
+class JobHandle(BaseModel):
+    """The one object that crosses tasks (through XCom): enough to find and stop a running job."""
+
+    kind: Literal["local-process", "dataflow"]
+    id: str
+    name: str
+    location: str
+
+    def to_xcom(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class ImageBuildResult(BaseModel):
+    image: str
+    built: bool
+    context_dir: str
+    detail: str
+
+
+class Platform(Protocol):
+    """Where the profile-specific work runs. Everything else in gpuflow is written once."""
+
+    config: GpuflowConfig
+    conn_id: str
+
+    def environment(self) -> contextlib.AbstractContextManager[Any]:
+        """What must be set in this process while hooks and subprocesses run."""
+
+    def export_model(self, model_name: str, names: ResourceNames) -> str:
+        """Write the model's bf16 state_dict (and config, tokenizer) under ``names``; return its URI."""
+
+    def build_image(self, context_dir: Path, image: str) -> ImageBuildResult:
+        """Build the worker container from a rendered context, or say plainly why it was not built."""
+
+    def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
+        """Run beam_jobs/gpu_check.py where the workers run; return its report."""
+
+    def launch_pipeline(self, argv: list[str], names: ResourceNames) -> JobHandle:
+        """Start the streaming pipeline; return as soon as its handle exists."""
+
+    def wait_until_running(self, handle: JobHandle) -> None:
+        """Block until the job processes messages, or raise with the reason it will not."""
+
+    def stop_pipeline(self, handle: JobHandle) -> bool:
+        """Stop the job; True if it was still running."""
+
+    def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
+        """Jobs of this run found without a handle (for cleanup after a failed launch)."""
+
+    def gpu_capacity(self) -> dict[str, Any]:
+        """GPUs this profile can use: local devices, or regional quota headroom."""

@@ -1,0 +1,193 @@
+"""The local profile: emulators, Beam's DirectRunner in subprocesses, no cloud account."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig, beam_jobs_dir
+from gpuflow.emulators import LOCAL_CONN_ID, emulator_env, emulator_environment, process_alive, stop_process_group
+from gpuflow.naming import ResourceNames
+from gpuflow.platform.base import ImageBuildResult, JobHandle
+
+log = logging.getLogger(__name__)
+
+#: The line beam_jobs/llm_inference.py logs once the pipeline runs.
+PIPELINE_RUNNING_MARKER = "gpuflow: pipeline running"
+MODEL_LOADED_MARKER = "gpuflow: model loaded"
+
+
+class PipelineStartError(RuntimeError):
+    pass
+
+
+def run_logged(command: list[str], env: dict[str, str] | None, what: str, timeout_s: float = 1800) -> str:
+    """Run a subprocess, forward its output to our log line by line, raise with its tail on failure."""
+    log.info("%s: %s", what, " ".join(command))
+    lines: list[str] = []
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + timeout_s
+    assert process.stdout is not None
+    for line in process.stdout:
+        line = line.rstrip()
+        if line and not line.startswith("WARNING: Location"):
+            lines.append(line)
+            log.info("  %s", line)
+        if time.monotonic() > deadline:
+            stop_process_group(process.pid)
+            raise TimeoutError(f"{what} did not finish within {timeout_s:.0f}s")
+    if process.wait() != 0:
+        tail = "\n".join(lines[-30:])
+        raise RuntimeError(f"{what} failed with exit code {process.returncode}:\n{tail}")
+    return "\n".join(lines)
+
+
+class LocalPlatform:
+    conn_id = LOCAL_CONN_ID
+
+    def __init__(self, config: GpuflowConfig):
+        self.config = config
+        self.state_dir = Path(config.local.state_dir)
+
+    # -- environment ------------------------------------------------------------------------
+    def environment(self):
+        return emulator_environment(self.config)
+
+    def subprocess_env(self) -> dict[str, str]:
+        import os
+
+        return {**os.environ, **emulator_env(self.config), "PYTHONUNBUFFERED": "1"}
+
+    def _script(self, name: str) -> str:
+        return str(beam_jobs_dir() / name)
+
+    # -- export -----------------------------------------------------------------------------
+    def demo_model_dir(self) -> Path:
+        """The offline demo model, built once per state_dir (it is deterministic)."""
+        from gpuflow.demo_model import write_demo_model
+
+        directory = self.state_dir / "demo-model"
+        if not (directory / "config.json").exists():
+            staging = self.state_dir / f"demo-model.tmp{time.time_ns()}"
+            write_demo_model(staging)
+            shutil.rmtree(directory, ignore_errors=True)
+            staging.rename(directory)
+        return directory
+
+    def export_model(self, model_name: str, names: ResourceNames) -> str:
+        source = str(self.demo_model_dir()) if model_name == DEMO_MODEL_NAME else model_name
+        run_logged(
+            [sys.executable, self._script("download_model.py"), "local", "--model-name", source,
+             "--state-dict-path", names.state_dict_uri],
+            self.subprocess_env(),
+            "export (download_model.py local)",
+        )
+        return names.state_dict_uri
+
+    # -- image ------------------------------------------------------------------------------
+    def docker_engine_answers(self) -> tuple[bool, str]:
+        docker = shutil.which("docker")
+        if not docker:
+            return False, "no docker client on PATH"
+        try:
+            probe = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"], capture_output=True,
+                                   text=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            return False, "docker info timed out"
+        if probe.returncode != 0:
+            return False, (probe.stderr or probe.stdout).strip().splitlines()[-1] if (probe.stderr or probe.stdout) else "docker info failed"
+        return True, f"Docker engine {probe.stdout.strip()}"
+
+    def build_image(self, context_dir: Path, image: str) -> ImageBuildResult:
+        answers, detail = self.docker_engine_answers()
+        if not answers:
+            return ImageBuildResult(
+                image=image, built=False, context_dir=str(context_dir),
+                detail=f"NOT BUILT: no Docker engine answers here ({detail}). The recipe was rendered and checked statically.",
+            )
+        run_logged(["docker", "build", "-t", image, str(context_dir)], None, f"docker build {image}")
+        return ImageBuildResult(image=image, built=True, context_dir=str(context_dir), detail=f"built with {detail}")
+
+    # -- GPU check --------------------------------------------------------------------------
+    def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        report_path = self.state_dir / f"{names.prefix}-gpu-check.json"
+        command = [sys.executable, self._script("gpu_check.py"), "--report", str(report_path),
+                   f"--runner={self.config.local.runner}"]
+        if self.config.require_gpu:
+            command.append("--require-gpu")
+        run_logged(command, self.subprocess_env(), "GPU check pipeline")
+        return json.loads(report_path.read_text())
+
+    def gpu_capacity(self) -> dict[str, Any]:
+        nvidia_smi = shutil.which("nvidia-smi")
+        if nvidia_smi:
+            listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30)
+            gpus = [line for line in listing.stdout.splitlines() if line.startswith("GPU ")]
+            return {"source": "nvidia-smi", "gpus": gpus, "count": len(gpus)}
+        return {"source": "nvidia-smi", "gpus": [], "count": 0, "note": "nvidia-smi not found: no GPU on this machine"}
+
+    # -- streaming pipeline -----------------------------------------------------------------
+    def _pid_file(self, names_or_prefix: ResourceNames | str) -> Path:
+        prefix = names_or_prefix if isinstance(names_or_prefix, str) else names_or_prefix.prefix
+        return self.state_dir / f"{prefix}.pid"
+
+    def launch_pipeline(self, argv: list[str], names: ResourceNames) -> JobHandle:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.state_dir / f"{names.prefix}-pipeline.log"
+        command = [sys.executable, self._script("llm_inference.py"), *argv,
+                   f"--runner={self.config.local.runner}", "--streaming", f"--project={self.config.project}"]
+        log.info("starting the streaming pipeline: %s", " ".join(command))
+        with open(log_path, "ab") as log_file:
+            process = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, env=self.subprocess_env(),
+                start_new_session=True,  # outlives this task; cleanup stops the whole group
+            )
+        self._pid_file(names).write_text(str(process.pid))
+        return JobHandle(kind="local-process", id=str(process.pid), name=names.job_name, location=str(log_path))
+
+    def wait_until_running(self, handle: JobHandle) -> None:
+        pid, log_path = int(handle.id), Path(handle.location)
+        deadline = time.monotonic() + self.config.local.pipeline_start_timeout_s
+        last_report = 0.0
+        while time.monotonic() < deadline:
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            if PIPELINE_RUNNING_MARKER in text:
+                log.info("pipeline %s is running (pid %d, log %s)", handle.name, pid, log_path)
+                return
+            if not process_alive(pid):
+                tail = "\n".join(text.splitlines()[-30:])
+                raise PipelineStartError(f"the pipeline process {pid} exited before it ran. Log tail:\n{tail}")
+            if time.monotonic() - last_report > 10:
+                log.info("waiting for the pipeline to start (pid %d)...", pid)
+                last_report = time.monotonic()
+            time.sleep(0.5)
+        raise PipelineStartError(
+            f"the pipeline did not start within {self.config.local.pipeline_start_timeout_s:.0f}s; see {log_path}. "
+            "Fix: raise local.pipeline_start_timeout_s, or read the log for the cause."
+        )
+
+    def stop_pipeline(self, handle: JobHandle) -> bool:
+        pid = int(handle.id)
+        was_running = process_alive(pid) and stop_process_group(pid)
+        log.info("pipeline %s (pid %d): %s", handle.name, pid, "stopped" if was_running else "was not running")
+        for pid_file in self.state_dir.glob("*.pid"):
+            if pid_file.read_text().strip() == handle.id:
+                pid_file.unlink(missing_ok=True)
+        return was_running
+
+    def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
+        pid_file = self._pid_file(names)
+        if not pid_file.exists():
+            return []
+        pid = pid_file.read_text().strip()
+        log_path = self.state_dir / f"{names.prefix}-pipeline.log"
+        return [JobHandle(kind="local-process", id=pid, name=names.job_name, location=str(log_path))]

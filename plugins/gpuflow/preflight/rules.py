@@ -1,0 +1,144 @@
+"""Preflight rules. Config rules look at the configuration alone; environment rules look at this machine."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+
+from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig
+from gpuflow.preflight.findings import Finding
+
+Rule = Callable[[GpuflowConfig], Iterator[Finding]]
+
+
+def error(field: str, problem: str, fix: str) -> Finding:
+    return Finding(level="error", field=field, problem=problem, fix=fix)
+
+
+def warning(field: str, problem: str, fix: str) -> Finding:
+    return Finding(level="warning", field=field, problem=problem, fix=fix)
+
+
+# -- configuration rules -------------------------------------------------------------------------
+
+
+def profile_available(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.profile == "gcp":
+        yield error(
+            "profile",
+            "the gcp profile's tasks (Vertex AI export, Cloud Build, Dataflow launch) are not implemented yet",
+            "set profile: local to run on the emulators",
+        )
+
+
+def batch_sizes_ordered(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.inference.min_batch_size > config.inference.max_batch_size:
+        yield error(
+            "inference.min_batch_size",
+            f"min_batch_size {config.inference.min_batch_size} is above max_batch_size "
+            f"{config.inference.max_batch_size}",
+            "lower inference.min_batch_size or raise inference.max_batch_size",
+        )
+
+
+def streaming_batches_across_bundles(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.inference.max_batch_duration_secs == 0 and config.inference.max_batch_size > 1:
+        yield warning(
+            "inference.max_batch_duration_secs",
+            "0 batches only within a bundle; Dataflow streaming bundles often hold one prompt, so the GPU "
+            "would see batches of 1",
+            "set inference.max_batch_duration_secs to about 1 second",
+        )
+
+
+def gpu_worker_disk(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.worker.disk_size_gb < 50:
+        yield error(
+            "worker.disk_size_gb",
+            f"{config.worker.disk_size_gb} GB is too small for a GPU container image (CUDA and torch)",
+            "set worker.disk_size_gb to 50 or more",
+        )
+
+
+def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
+    name = config.model.name
+    if name == DEMO_MODEL_NAME or name.startswith("gs://"):
+        return
+    looks_like_path = name.startswith(("/", ".", "~"))
+    if looks_like_path and not (Path(name).expanduser() / "config.json").exists():
+        yield error(
+            "model.name",
+            f"{name} is not a Hugging Face model directory (no config.json there)",
+            f"point model.name at a directory written by save_pretrained, or use '{DEMO_MODEL_NAME}'",
+        )
+    elif not looks_like_path and not Path(name).exists() and config.profile == "local":
+        yield warning(
+            "model.name",
+            f"{name} looks like a hub name; the local profile can only load it if it is in the Hugging Face cache",
+            f"use a local directory or '{DEMO_MODEL_NAME}' on machines without internet access",
+        )
+
+
+CONFIG_RULES: list[Rule] = [
+    profile_available,
+    batch_sizes_ordered,
+    streaming_batches_across_bundles,
+    gpu_worker_disk,
+    model_name_resolvable,
+]
+
+
+# -- environment rules ---------------------------------------------------------------------------
+
+
+def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Finding]:
+    """The launcher pickles the pipeline; the container must unpickle it with the same Beam and Python."""
+    local_python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if local_python != config.python_version:
+        yield error(
+            "python_version",
+            f"the launch environment runs Python {local_python} but the container is built for "
+            f"{config.python_version}; workers then fail with 'SystemError: unknown opcode' or pickler errors",
+            f"set python_version: '{local_python}' or launch from a Python {config.python_version} environment",
+        )
+    try:
+        local_beam = metadata.version("apache-beam")
+    except metadata.PackageNotFoundError:
+        yield error("beam_version", "apache-beam is not installed in the launch environment",
+                    "install requirements.txt in the Airflow environment")
+        return
+    if local_beam != config.beam_version:
+        yield error(
+            "beam_version",
+            f"the launch environment has Beam {local_beam} but the container is built for {config.beam_version}",
+            f"set beam_version: '{local_beam}' or install apache-beam=={config.beam_version} where Airflow runs",
+        )
+
+
+def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.profile != "local":
+        return
+    from gpuflow.emulators import pubsub_answers, storage_answers
+
+    if not pubsub_answers(config):
+        yield error(
+            "local.pubsub_emulator_host",
+            f"no Pub/Sub emulator answers at {config.local.pubsub_emulator_host}",
+            "start the emulators with `gpuflow emulators start` (or run through `make demo`)",
+        )
+    if not storage_answers(config):
+        yield error(
+            "local.storage_emulator_host",
+            f"no GCS emulator answers at {config.local.storage_emulator_host}",
+            "start the emulators with `gpuflow emulators start` (or run through `make demo`)",
+        )
+
+
+ENVIRONMENT_RULES: list[Rule] = [launch_environment_matches_container, emulators_answer]
+
+
+def run_preflight(config: GpuflowConfig, check_environment: bool = True) -> list[Finding]:
+    rules = CONFIG_RULES + (ENVIRONMENT_RULES if check_environment else [])
+    return [finding for rule in rules for finding in rule(config)]

@@ -1,0 +1,48 @@
+"""launch: start the streaming inference pipeline and wait until it runs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from gpuflow.config import GpuflowConfig
+from gpuflow.naming import ResourceNames
+from gpuflow.platform import JobHandle, Platform
+
+log = logging.getLogger(__name__)
+
+
+def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
+    """The llm_inference.py arguments both profiles share; the platform adds the runner's options."""
+    project = config.project
+    argv = [
+        "--model-name", names.model_dir_uri,
+        "--state-dict-path", names.state_dict_uri,
+        "--max-new-tokens", str(config.model.max_new_tokens),
+        "--max-input-tokens", str(config.model.max_input_tokens),
+        "--dtype", config.model.dtype,
+        "--min-batch-size", str(config.inference.min_batch_size),
+        "--max-batch-size", str(config.inference.max_batch_size),
+        "--max-batch-duration-secs", str(config.inference.max_batch_duration_secs),
+        "--messages-subscription", f"projects/{project}/subscriptions/{names.prompts_subscription}",
+        "--responses-topic", f"projects/{project}/topics/{names.responses_topic}",
+        "--dead-letter-topic", f"projects/{project}/topics/{names.dead_letter_topic}",
+    ]
+    if config.require_gpu:
+        argv.append("--require-gpu")
+    return argv
+
+
+def launch(
+    config: GpuflowConfig, names: ResourceNames, platform: Platform, on_handle: Callable[[JobHandle], None] | None = None
+) -> JobHandle:
+    """Start the pipeline, report its handle at once (``on_handle``), then wait until it runs."""
+    handle = platform.launch_pipeline(pipeline_argv(config, names), names)
+    if on_handle:
+        on_handle(handle)
+    try:
+        platform.wait_until_running(handle)
+    except BaseException:
+        platform.stop_pipeline(handle)
+        raise
+    return handle

@@ -1,0 +1,97 @@
+"""smoke_test: ask the running pipeline questions and wait until every one has its answer."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from gpuflow.config import GpuflowConfig
+from gpuflow.naming import ResourceNames
+
+log = logging.getLogger(__name__)
+
+SAMPLE_PROMPTS = [
+    "What is the capital of France?",
+    "Translate to German: the river runs fast",
+    "Explain why a GPU runs inference fast",
+    "List three colors",
+    "How many workers does the pipeline run?",
+    "Summarize: the cat sat by the river in the city",
+    "Which country has Berlin as its capital?",
+    "Describe a green mountain",
+]
+
+
+class SmokeTestFailed(RuntimeError):
+    pass
+
+
+def smoke_prompts(count: int) -> list[str]:
+    return [SAMPLE_PROMPTS[i % len(SAMPLE_PROMPTS)] for i in range(count)]
+
+
+def format_answers_table(rows: list[dict[str, Any]], width: int = 48) -> str:
+    def cut(text: str) -> str:
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    lines = [f"{'PROMPT':<{width}}  {'ANSWER':<{width}}  LATENCY"]
+    lines += [f"{cut(r['prompt']):<{width}}  {cut(r['answer']):<{width}}  {r['latency_s']:.1f}s" for r in rows]
+    return "\n".join(lines)
+
+
+def pull_all(pubsub, project: str, subscription: str, max_messages: int = 100) -> list[tuple[dict, bytes]]:
+    received = pubsub.pull(subscription=subscription, max_messages=max_messages, project_id=project,
+                           return_immediately=True)
+    if received:
+        pubsub.acknowledge(subscription=subscription, project_id=project, messages=received)
+    return [(dict(r.message.attributes), r.message.data) for r in received]
+
+
+def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
+               prompts: list[str] | None = None) -> dict[str, Any]:
+    """Publish the prompts with ids; pull answers and dead letters until all are back or time runs out."""
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    pubsub = PubSubHook(gcp_conn_id=conn_id)
+    prompts = prompts or smoke_prompts(config.smoke_test.num_prompts)
+    batch = uuid.uuid4().hex[:8]
+    sent = {f"smoke-{batch}-{i}": prompt for i, prompt in enumerate(prompts)}
+    started = time.monotonic()
+    pubsub.publish(
+        topic=names.prompts_topic, project_id=config.project,
+        messages=[{"data": prompt.encode(), "attributes": {"id": prompt_id}} for prompt_id, prompt in sent.items()],
+    )
+    log.info("published %d prompts to %s", len(sent), names.prompts_topic)
+    answers: dict[str, dict[str, Any]] = {}
+    dead_letters: dict[str, str] = {}
+    deadline = started + config.smoke_test.timeout_s
+    last_progress = 0.0
+    while len(answers) + len(dead_letters) < len(sent) and time.monotonic() < deadline:
+        for attributes, data in pull_all(pubsub, config.project, names.responses_subscription):
+            if attributes.get("id") in sent:
+                answers[attributes["id"]] = {"answer": data.decode("utf-8", errors="replace"),
+                                             "latency_s": time.monotonic() - started,
+                                             "batch_size": int(attributes.get("batch_size", 0))}
+        for attributes, _ in pull_all(pubsub, config.project, names.dead_letter_subscription):
+            if attributes.get("id") in sent:
+                dead_letters[attributes["id"]] = attributes.get("error", "unknown")
+        if time.monotonic() - last_progress > 5 or len(answers) + len(dead_letters) == len(sent):
+            slowest = max((a["latency_s"] for a in answers.values()), default=0.0)
+            log.info("answered %d/%d (dead letters: %d, slowest answer %.1fs)", len(answers), len(sent),
+                     len(dead_letters), slowest)
+            last_progress = time.monotonic()
+        time.sleep(0.5)
+    rows = [{"id": prompt_id, "prompt": prompt, **answers[prompt_id]} for prompt_id, prompt in sent.items()
+            if prompt_id in answers]
+    if rows:
+        log.info("smoke test answers:\n%s", format_answers_table(rows))
+    missing = [prompt_id for prompt_id in sent if prompt_id not in answers and prompt_id not in dead_letters]
+    if dead_letters or missing:
+        raise SmokeTestFailed(
+            f"{len(answers)}/{len(sent)} prompts answered; dead letters: {dead_letters or 'none'}; "
+            f"no answer within {config.smoke_test.timeout_s:.0f}s for: {missing or 'none'}. "
+            "Fix: read the pipeline log (launch task) and raise smoke_test.timeout_s if the model is slow to load."
+        )
+    return {"answered": len(answers), "sent": len(sent), "answers": rows}
