@@ -291,13 +291,14 @@ def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:
 def parse_jsonl_line(line: str):
     try:
         record = json.loads(line)
-        if not isinstance(record, dict) or "prompt" not in record:
-            raise ValueError('a line must be a JSON object with a "prompt" field')
     except ValueError as error:
         yield dead_letter(None, line, f"malformed input line: {error}")
         return
-    prompt_id = None if record.get("id") is None else str(record["id"])
-    yield prompt_id, record["prompt"] if isinstance(record["prompt"], str) else json.dumps(record["prompt"])
+    prompt_id = str(record["id"]) if isinstance(record, dict) and record.get("id") is not None else None
+    if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+        yield dead_letter(prompt_id, line, 'malformed input line: expected a JSON object with a string "prompt"')
+        return
+    yield prompt_id, record["prompt"]
 
 
 def pubsub_to_record(message) -> tuple[str, bytes]:

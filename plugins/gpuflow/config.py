@@ -196,7 +196,11 @@ def parse_override(assignment: str) -> tuple[str, Any]:
     key, sep, raw_value = assignment.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {assignment!r}: write it as dotted.key=value, for example --set gpu.count=2")
-    return key.strip(), yaml.safe_load(raw_value) if raw_value.strip() else None
+    if not raw_value.strip():
+        return key.strip(), None
+    value = yaml.safe_load(raw_value)
+    # Keep "3.10" a string: YAML would read it as the float 3.1. Pydantic still turns "1.5" into a float.
+    return key.strip(), raw_value.strip() if isinstance(value, float) else value
 
 
 def _format_validation_error(error: ValidationError, source: str) -> str:

@@ -1,0 +1,118 @@
+"""Shared fixtures. Airflow settings go into the environment before anything imports airflow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="gpuflow-test-airflow-"))
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    }
+)
+sys.path.insert(0, str(ROOT / "beam_jobs"))
+
+# The test configuration: the local profile with its own state directory.
+TEST_STATE_DIR = Path(tempfile.mkdtemp(prefix="gpuflow-test-state-"))
+
+
+@pytest.fixture(scope="session")
+def local_config():
+    from gpuflow.config import load_config
+
+    return load_config(None, overrides=[f"local.state_dir={TEST_STATE_DIR}", "smoke_test.timeout_s=240"])
+
+
+@pytest.fixture(scope="session")
+def emulators(local_config):
+    """The real Pub/Sub emulator and GCS emulator, started once for the session."""
+    from gpuflow.emulators import running_emulators
+
+    with running_emulators(local_config, TEST_STATE_DIR / "emulators") as env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    return _AIRFLOW_HOME
+
+
+@pytest.fixture(scope="session")
+def demo_model_dir(tmp_path_factory) -> Path:
+    from gpuflow.demo_model import write_demo_model
+
+    return write_demo_model(tmp_path_factory.mktemp("demo-model"))
+
+
+@pytest.fixture(scope="session")
+def exported_model(demo_model_dir, tmp_path_factory) -> Path:
+    """The demo model exported with download_model.py local (bf16 state_dict, config, tokenizer)."""
+    target = tmp_path_factory.mktemp("export") / "state_dict.pth"
+    subprocess.run(
+        [sys.executable, str(ROOT / "beam_jobs" / "download_model.py"), "local", "--model-name", str(demo_model_dir),
+         "--state-dict-path", str(target)],
+        check=True, capture_output=True,
+    )
+    return target
+
+
+@pytest.fixture(scope="session")
+def reference_generate(exported_model):
+    """model.generate on one prompt at a time, greedy, with the exported weights: the ground truth."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model_dir = exported_model.parent
+    model = AutoModelForSeq2SeqLM.from_config(AutoConfig.from_pretrained(model_dir))
+    model.load_state_dict(torch.load(exported_model, weights_only=True))  # bf16 values copied into fp32
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    def generate(prompt: str, max_new_tokens: int) -> str:
+        encoded = tokenizer(prompt, return_tensors="pt")
+        with torch.inference_mode():
+            output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
+        return tokenizer.decode(output[0], skip_special_tokens=True)
+
+    generate.tokenizer = tokenizer
+    return generate
+
+
+def mixed_length_prompts(tokenizer, count: int, max_tokens: int = 300, seed: int = 7) -> list[str]:
+    """Prompts whose token counts (with EOS) spread from 1 to ``max_tokens``."""
+    import random
+
+    from gpuflow.demo_model import _WORDS
+
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(count):
+        target = 1 + (i * (max_tokens - 1)) // max(count - 1, 1)
+        words: list[str] = []
+        while True:
+            candidate = " ".join([*words, rng.choice(_WORDS)])
+            if len(tokenizer(candidate)["input_ids"]) > target:
+                break
+            words = candidate.split()
+        prompts.append(" ".join(words) if words else rng.choice(_WORDS))
+    rng.shuffle(prompts)
+    return prompts
+
+
+def pytest_collection_modifyitems(config, items):
+    """Everything under tests/integration is marked integration, so `-m "not integration"` is the fast set."""
+    for item in items:
+        if "integration" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.integration)

@@ -1,0 +1,115 @@
+"""The inference pipeline in batch mode on Beam's (bundle-based) DirectRunner, with a real T5."""
+
+import json
+
+import llm_inference
+import pytest
+
+from tests.conftest import mixed_length_prompts
+
+MAX_NEW_TOKENS = 8
+
+
+def read_jsonl(path):
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def run_batch(tmp_path, exported_model, lines, model_handler=None, extra=()):
+    input_path = tmp_path / "prompts.jsonl"
+    input_path.write_text("\n".join(lines) + "\n")
+    argv = [
+        "--model-name", str(exported_model.parent), "--state-dict-path", str(exported_model),
+        "--max-new-tokens", str(MAX_NEW_TOKENS), "--max-batch-size", "8",
+        "--input", str(input_path), "--output", str(tmp_path / "out") + "/",
+        "--runner", "BundleBasedDirectRunner", *extra,
+    ]
+    (tmp_path / "out").mkdir(exist_ok=True)
+    if model_handler is None:
+        llm_inference.run(argv, save_main_session=False)
+    else:
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        pipeline = beam.Pipeline(options=PipelineOptions(["--runner", "BundleBasedDirectRunner"]))
+        llm_inference.run(argv, save_main_session=False, test_pipeline=pipeline, model_handler=model_handler)
+        pipeline.run().wait_until_finish()
+    return read_jsonl(tmp_path / "out" / "responses.jsonl"), read_jsonl(tmp_path / "out" / "dead_letters.jsonl")
+
+
+def test_mixed_lengths_in_shared_batches_equal_generate_alone(tmp_path, exported_model, reference_generate):
+    prompts = mixed_length_prompts(reference_generate.tokenizer, 40)
+    lines = [json.dumps({"id": f"p{i}", "prompt": prompt}) for i, prompt in enumerate(prompts)]
+    answers, dead_letters = run_batch(tmp_path, exported_model, lines)
+    assert dead_letters == []
+    assert sorted(a["id"] for a in answers) == sorted(f"p{i}" for i in range(len(prompts)))
+    assert max(a["batch_size"] for a in answers) > 1, "prompts of different lengths never shared a batch"
+    for answer in answers:
+        prompt = prompts[int(answer["id"][1:])]
+        assert answer["prompt"] == prompt
+        assert answer["response"] == reference_generate(prompt, MAX_NEW_TOKENS), answer["id"]
+        assert answer["response"].strip()
+
+
+def test_bad_lines_land_in_dead_letters_with_reasons(tmp_path, exported_model):
+    too_long = " ".join(["river"] * 600)
+    lines = [
+        json.dumps({"id": "good", "prompt": "what is the capital of france"}),
+        "this is not json",
+        json.dumps({"id": "no-prompt"}),
+        json.dumps({"id": "empty", "prompt": "   "}),
+        json.dumps({"id": "long", "prompt": too_long}),
+    ]
+    answers, dead_letters = run_batch(tmp_path, exported_model, lines)
+    assert [a["id"] for a in answers] == ["good"]
+    reasons = {letter["id"]: letter["error"] for letter in dead_letters}
+    assert reasons["empty"] == "empty prompt"
+    assert "over the limit of 512" in reasons["long"]
+    assert reasons["no-prompt"].startswith("malformed input line")
+    assert [d["prompt"] for d in dead_letters if d["id"] is None] == ["this is not json"]
+    assert len(dead_letters) == 4
+
+
+class FailOnBoom(llm_inference.Seq2SeqGenerateHandler):
+    """The real handler, made to fail on one prompt, as a CUDA OOM on one long prompt would."""
+
+    def _generate(self, loaded, token_lists):
+        if any(tokens == self.boom_tokens for tokens in token_lists):
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return super()._generate(loaded, token_lists)
+
+
+def test_a_failed_inference_goes_to_dead_letters_and_its_batch_mates_are_answered(
+    tmp_path, exported_model, reference_generate
+):
+    handler = FailOnBoom(str(exported_model.parent), str(exported_model), max_new_tokens=MAX_NEW_TOKENS,
+                         max_batch_size=8)
+    handler.boom_tokens = reference_generate.tokenizer("boom")["input_ids"]
+    prompts = {f"p{i}": f"tell me about the river {i}" for i in range(10)} | {"bad": "boom"}
+    lines = [json.dumps({"id": key, "prompt": prompt}) for key, prompt in prompts.items()]
+    answers, dead_letters = run_batch(tmp_path, exported_model, lines, model_handler=handler)
+    assert [(d["id"], d["error"]) for d in dead_letters] == [
+        ("bad", "inference failed: RuntimeError: CUDA out of memory (simulated)")
+    ]
+    assert sorted(a["id"] for a in answers) == sorted(k for k in prompts if k != "bad")
+    for answer in answers:
+        assert answer["response"] == reference_generate(prompts[answer["id"]], MAX_NEW_TOKENS)
+
+
+def test_require_gpu_fails_the_pipeline_instead_of_running_on_cpu(tmp_path, exported_model):
+    lines = [json.dumps({"id": "a", "prompt": "hello river"})]
+    with pytest.raises(Exception, match="require_gpu is set but PyTorch sees no CUDA device"):
+        run_batch(tmp_path, exported_model, lines, extra=["--require-gpu"])
+
+
+def test_model_is_built_in_the_inference_dtype_without_random_init(exported_model):
+    import torch
+
+    model = llm_inference.load_seq2seq_model(str(exported_model.parent), str(exported_model), "cpu", torch.float32)
+    saved = torch.load(exported_model, weights_only=True)
+    assert {t.dtype for t in saved.values()} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    for name, tensor in model.state_dict().items():
+        if name in saved:
+            assert torch.equal(tensor, saved[name].float()), name
+    assert model.lm_head.weight.data_ptr() == model.shared.weight.data_ptr()  # tied, not a second copy

@@ -1,0 +1,94 @@
+"""The streaming pipeline, launched as the DAG launches it, on the real Pub/Sub and GCS emulators."""
+
+import time
+
+import pytest
+
+from gpuflow.naming import resource_names
+from gpuflow.platform.local import LocalPlatform
+from gpuflow.steps.cleanup import cleanup
+from gpuflow.steps.launch import launch
+from gpuflow.steps.resources import create_resources, list_run_resources
+from gpuflow.steps.smoke import pull_all
+from tests.conftest import mixed_length_prompts
+
+MAX_NEW_TOKENS = 8
+
+
+@pytest.fixture
+def streaming_run(local_config, emulators, demo_model_dir, request):
+    config = local_config.model_copy(deep=True)
+    config.model.max_new_tokens = MAX_NEW_TOKENS
+    names = resource_names(config, f"gf-{request.node.name[-12:].lower().replace('_', '-')}")
+    platform = LocalPlatform(config)
+    create_resources(config, names, platform.conn_id)
+    platform.export_model(str(demo_model_dir), names)
+    yield config, names, platform
+    cleanup(config, names, platform, None)
+    assert list_run_resources(config, names, platform.conn_id) == {"topics": [], "subscriptions": [], "buckets": []}
+
+
+def collect(config, names, platform, expected_ids, timeout_s=300):
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    pubsub = PubSubHook(gcp_conn_id=platform.conn_id)
+    answers, dead_letters = {}, {}
+    deadline = time.monotonic() + timeout_s
+    while set(answers) | set(dead_letters) != expected_ids and time.monotonic() < deadline:
+        for attributes, data in pull_all(pubsub, config.project, names.responses_subscription):
+            answers[attributes["id"]] = (data.decode(), int(attributes["batch_size"]))
+        for attributes, data in pull_all(pubsub, config.project, names.dead_letter_subscription):
+            dead_letters[attributes["id"]] = attributes["error"]
+        time.sleep(0.5)
+    return answers, dead_letters
+
+
+def publish(platform, config, names, messages):
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    PubSubHook(gcp_conn_id=platform.conn_id).publish(topic=names.prompts_topic, project_id=config.project,
+                                                     messages=messages)
+
+
+def test_200_mixed_length_prompts_each_answered_as_generate_alone(streaming_run, reference_generate):
+    config, names, platform = streaming_run
+    with platform.environment():
+        prompts = {f"p{i}": p for i, p in enumerate(mixed_length_prompts(reference_generate.tokenizer, 200))}
+        # Published before the pipeline starts: the subscription created in setup keeps them.
+        publish(platform, config, names, [{"data": p.encode(), "attributes": {"id": k}} for k, p in prompts.items()])
+        handle = launch(config, names, platform)
+        try:
+            answers, dead_letters = collect(config, names, platform, set(prompts))
+        finally:
+            platform.stop_pipeline(handle)
+    assert dead_letters == {}
+    assert set(answers) == set(prompts), f"missing: {sorted(set(prompts) - set(answers))[:10]}"
+    mismatched = [k for k, (answer, _) in answers.items() if answer != reference_generate(prompts[k], MAX_NEW_TOKENS)]
+    assert mismatched == []
+    batch_sizes = [size for _, size in answers.values()]
+    assert max(batch_sizes) > 1, "prompts that arrived together were never batched across bundles"
+
+
+def test_malformed_messages_go_to_dead_letters_and_good_ones_are_answered(streaming_run, reference_generate):
+    config, names, platform = streaming_run
+    good = {f"g{i}": f"what is the capital of country {i}" for i in range(6)}
+    bad = {
+        "bad-utf8": b"\xff\xfe not text",
+        "empty": b"   ",
+        "too-long": " ".join(["river"] * 600).encode(),
+    }
+    with platform.environment():
+        handle = launch(config, names, platform)
+        try:
+            publish(platform, config, names,
+                    [{"data": p.encode(), "attributes": {"id": k}} for k, p in good.items()]
+                    + [{"data": data, "attributes": {"id": k}} for k, data in bad.items()])
+            answers, dead_letters = collect(config, names, platform, set(good) | set(bad))
+        finally:
+            platform.stop_pipeline(handle)
+    assert set(answers) == set(good)
+    for key, (answer, _) in answers.items():
+        assert answer == reference_generate(good[key], MAX_NEW_TOKENS)
+    assert dead_letters["bad-utf8"].startswith("invalid UTF-8")
+    assert dead_letters["empty"] == "empty prompt"
+    assert "over the limit of 512" in dead_letters["too-long"]

@@ -1,0 +1,51 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpuflow.cli import main
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "gpuflow.cli", *args], capture_output=True, text=True)
+
+
+def test_preflight_rejects_a_bad_configuration_naming_the_field():
+    result = run_cli("preflight", "--config-only", "--set", "worker.disk_size_gb=20")
+    assert result.returncode == 1
+    assert "worker.disk_size_gb" in result.stdout and "50 or more" in result.stdout
+
+
+def test_preflight_rejects_an_invalid_value_before_rules_run():
+    result = run_cli("preflight", "--config", "configs/local.yaml", "--set", "gpu.count=0")
+    assert result.returncode == 1
+    assert "gpu.count" in result.stderr
+
+
+def test_preflight_json_output(capsys):
+    assert main(["preflight", "--config-only", "--json", "--set", "profile=gcp"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    assert report["findings"][0]["field"] == "profile"
+
+
+def test_preflight_of_the_default_config_passes_its_config_rules(capsys):
+    assert main(["preflight", "--config-only"]) == 0
+    assert "preflight: ok" in capsys.readouterr().out
+
+
+def test_make_demo_model_writes_a_loadable_model(tmp_path):
+    assert main(["make-demo-model", str(tmp_path / "m")]) == 0
+    from transformers import AutoConfig, AutoTokenizer
+
+    assert AutoConfig.from_pretrained(tmp_path / "m").model_type == "t5"
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "m")
+    assert tokenizer.pad_token_id == 0 and tokenizer.eos_token_id == 1
+
+
+def test_render_dockerfile(tmp_path):
+    assert main(["render-dockerfile", "--output", str(tmp_path)]) == 0
+    assert (tmp_path / "Dockerfile").exists()
+    with pytest.raises(SystemExit):
+        main(["render-dockerfile"])

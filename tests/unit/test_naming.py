@@ -1,0 +1,22 @@
+from gpuflow.config import GpuflowConfig
+from gpuflow.naming import resource_names, run_prefix
+
+
+def test_prefix_is_stable_for_a_run_and_differs_between_runs():
+    assert run_prefix("dag", "run-1") == run_prefix("dag", "run-1")
+    assert run_prefix("dag", "run-1") != run_prefix("dag", "run-2")
+    assert run_prefix("dag", "manual__2026-01-01T00:00:00+00:00").startswith("gf-")
+
+
+def test_run_scoped_bucket_when_none_is_configured():
+    names = resource_names(GpuflowConfig(), "gf-abc")
+    assert names.bucket == "gpuflow-local-gf-abc" and names.bucket_is_run_scoped
+    assert names.state_dict_uri == "gs://gpuflow-local-gf-abc/gpuflow/gf-abc/model/state_dict.pth"
+    assert all(name.startswith("gf-abc-") for name in [*names.topics, *names.subscriptions])
+    assert names.subscriptions[names.prompts_subscription] == names.prompts_topic
+
+
+def test_configured_bucket_is_shared_and_only_the_prefix_is_the_runs():
+    names = resource_names(GpuflowConfig(bucket="team-bucket"), "gf-abc")
+    assert names.bucket == "team-bucket" and not names.bucket_is_run_scoped
+    assert names.model_dir_uri == "gs://team-bucket/gpuflow/gf-abc/model"

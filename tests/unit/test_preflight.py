@@ -1,0 +1,64 @@
+import sys
+from importlib import metadata
+
+import pytest
+
+from gpuflow.config import load_config
+from gpuflow.preflight import format_findings, has_errors, run_preflight
+from gpuflow.preflight.rules import CONFIG_RULES, launch_environment_matches_container
+
+
+def findings_for(*overrides):
+    return run_preflight(load_config(None, overrides=list(overrides)), check_environment=False)
+
+
+def field_findings(findings, field):
+    return [f for f in findings if f.field == field]
+
+
+def test_default_configuration_has_no_config_findings():
+    assert findings_for() == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "level", "fix_words"),
+    [
+        (["worker.disk_size_gb=20"], "worker.disk_size_gb", "error", "50 or more"),
+        (["inference.min_batch_size=32", "inference.max_batch_size=8"], "inference.min_batch_size", "error",
+         "lower inference.min_batch_size"),
+        (["inference.max_batch_duration_secs=0"], "inference.max_batch_duration_secs", "warning", "about 1 second"),
+        (["model.name=/does/not/exist"], "model.name", "error", "save_pretrained"),
+        (["model.name=google/flan-t5-small"], "model.name", "warning", "gpuflow-demo"),
+        (["profile=gcp"], "profile", "error", "profile: local"),
+    ],
+)
+def test_each_rule_reports_its_field_and_fix(overrides, field, level, fix_words):
+    found = field_findings(findings_for(*overrides), field)
+    assert len(found) == 1, found
+    assert found[0].level == level
+    assert fix_words in found[0].fix
+
+
+def test_python_mismatch_names_the_unknown_opcode_symptom():
+    other = "3.9" if sys.version_info[:2] != (3, 9) else "3.10"
+    found = list(launch_environment_matches_container(load_config(None, overrides=[f"python_version={other}"])))
+    assert [f.field for f in found] == ["python_version"]
+    assert "unknown opcode" in found[0].problem
+
+
+def test_beam_mismatch_is_an_error_with_the_installed_version_in_the_fix():
+    found = list(launch_environment_matches_container(load_config(None, overrides=["beam_version=2.40.0"])))
+    assert [f.field for f in found] == ["beam_version"]
+    assert metadata.version("apache-beam") in found[0].fix
+
+
+def test_emulator_rule_fails_when_nothing_answers():
+    config = load_config(None, overrides=["local.pubsub_emulator_host=localhost:1", "local.storage_emulator_host=http://localhost:1"])
+    findings = run_preflight(config)
+    assert {f.field for f in findings if f.level == "error"} >= {"local.pubsub_emulator_host", "local.storage_emulator_host"}
+    assert has_errors(findings)
+    assert "gpuflow emulators start" in format_findings(findings)
+
+
+def test_every_rule_is_registered_once():
+    assert len(CONFIG_RULES) == len(set(CONFIG_RULES))
