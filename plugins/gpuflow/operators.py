@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator, Param
 
 from gpuflow.config import DEFAULT_CONFIG_FILE, PROJECT_ROOT, config_from_json, load_config, params_json_schema

@@ -1,0 +1,61 @@
+"""llm_streaming_inference end to end on the local profile, with the real Airflow (dag.test())."""
+
+import pytest
+from airflow.utils.state import DagRunState, TaskInstanceState
+
+from gpuflow.naming import resource_names, run_prefix
+from gpuflow.steps.resources import list_run_resources
+
+DAG_ID = "llm_streaming_inference"
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.conftest import ROOT
+
+    return DagBag(str(ROOT / "dags")).dags[DAG_ID]
+
+
+def run_conf(local_config, **extra):
+    return {"local__state_dir": local_config.local.state_dir, "model__max_new_tokens": 8, **extra}
+
+
+def task_states(run):
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def leftovers(local_config, run):
+    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+
+    names = resource_names(local_config, run_prefix(DAG_ID, run.run_id))
+    with emulator_environment(local_config):
+        return list_run_resources(local_config, names, LOCAL_CONN_ID)
+
+
+def test_two_runs_in_a_row_both_succeed_and_leave_nothing(dag, local_config, emulators):
+    for _ in range(2):
+        run = dag.test(run_conf=run_conf(local_config))
+        assert run.state == DagRunState.SUCCESS, task_states(run)
+        assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
+        assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}
+
+
+def test_a_failure_in_launch_still_runs_cleanup_and_the_run_fails(dag, local_config, emulators):
+    run = dag.test(run_conf=run_conf(local_config, local__pipeline_start_timeout_s=0.001))
+    states = task_states(run)
+    assert run.state == DagRunState.FAILED
+    assert states["launch"] == TaskInstanceState.FAILED
+    assert states["smoke_test"] == TaskInstanceState.UPSTREAM_FAILED
+    assert states["cleanup"] == TaskInstanceState.SUCCESS
+    assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}
+
+
+def test_a_bad_configuration_fails_in_preflight_before_anything_exists(dag, local_config, emulators):
+    run = dag.test(run_conf=run_conf(local_config, worker__disk_size_gb=20))
+    states = task_states(run)
+    assert run.state == DagRunState.FAILED
+    assert states["preflight"] == TaskInstanceState.FAILED
+    assert states["setup"] == TaskInstanceState.UPSTREAM_FAILED
+    assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}

@@ -1,0 +1,39 @@
+"""The launch operator's on_kill stops the pipeline process it started."""
+
+import time
+
+from gpuflow.emulators import process_alive
+from gpuflow.naming import resource_names
+from gpuflow.operators import LaunchPipelineOperator
+from gpuflow.platform.local import LocalPlatform
+from gpuflow.steps.cleanup import cleanup
+from gpuflow.steps.resources import create_resources
+
+
+class RecordingTI:
+    def __init__(self):
+        self.pushed = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def test_on_kill_stops_the_pipeline_process(local_config, emulators):
+    names = resource_names(local_config, "gf-onkill")
+    platform = LocalPlatform(local_config)
+    operator = LaunchPipelineOperator(task_id="launch", config_json=local_config.model_dump(mode="json"))
+    ti = RecordingTI()
+    with platform.environment():
+        create_resources(local_config, names, platform.conn_id)
+        try:
+            handle = operator.run_step(local_config, names, platform, {"ti": ti})
+            pid = int(handle["id"])
+            assert ti.pushed["job_handle"] == handle
+            assert process_alive(pid)
+            operator.on_kill()
+            deadline = time.monotonic() + 15
+            while process_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not process_alive(pid)
+        finally:
+            cleanup(local_config, names, platform, None)
