@@ -37,6 +37,12 @@ _MODEL_DIR_SUFFIXES = (".json", ".model", ".txt")
 
 # A prompt element travelling to RunInference: (prompt id, prompt text, token ids).
 PromptElement = tuple[str, str, list[int]]
+#: Token-length bucket boundaries for --group-by-length.
+LENGTH_BUCKETS = [16, 32, 64, 128, 256, 512]
+
+
+def prompt_token_length(element: PromptElement) -> int:
+    return len(element[2])
 
 
 # ------------------------------------------------------------------------------------------
@@ -161,11 +167,18 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
         min_batch_size: int = 1,
         max_batch_size: int = 16,
         max_batch_duration_secs: float | None = None,
+        group_by_length: bool = False,
     ):
         batching: dict[str, Any] = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
+        if group_by_length:
+            # Beam's length-aware batching keys prompts by token-length bucket, so a batch pads little.
+            # It runs on the stateful batching path, which needs a buffering duration.
+            max_batch_duration_secs = max_batch_duration_secs or 1.0
+            batching["length_fn"] = prompt_token_length
+            batching["bucket_boundaries"] = LENGTH_BUCKETS
         if max_batch_duration_secs:
             batching["max_batch_duration_secs"] = max_batch_duration_secs
-        super().__init__(**batching)
+        super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size)
         self._batching = batching
         self.model_name = model_name
         self.state_dict_path = state_dict_path
@@ -336,6 +349,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-batch-size", dest="min_batch_size", type=int, default=1)
     parser.add_argument("--max-batch-size", dest="max_batch_size", type=int, default=16)
     parser.add_argument("--max-batch-duration-secs", dest="max_batch_duration_secs", type=float, default=0)
+    parser.add_argument("--group-by-length", dest="group_by_length", action="store_true",
+                        help="batch prompts of similar token length together (less padding)")
     batch = parser.add_argument_group("batch mode")
     batch.add_argument("--input", help="JSONL prompts file")
     batch.add_argument("--output", help="directory (ending in /) or prefix for the JSONL outputs")
@@ -380,6 +395,7 @@ def make_model_handler(args: argparse.Namespace, streaming: bool) -> Seq2SeqGene
         max_batch_size=args.max_batch_size,
         # Cross-bundle batching needs a stateful DoFn; it only makes sense in streaming.
         max_batch_duration_secs=args.max_batch_duration_secs if streaming else None,
+        group_by_length=args.group_by_length,
     )
 
 

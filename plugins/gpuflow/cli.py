@@ -87,6 +87,32 @@ def cmd_emulators(args: argparse.Namespace) -> int:
             return 0
 
 
+def cmd_params_schema(args: argparse.Namespace) -> int:
+    from gpuflow.config import params_json_schema
+    from gpuflow.operators import PARAMS_SCHEMA_FILE
+
+    text = json.dumps(params_json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.write:
+        PARAMS_SCHEMA_FILE.write_text(text)
+        print(f"wrote {PARAMS_SCHEMA_FILE}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from gpuflow.config import PROJECT_ROOT, configuration_reference
+
+    text = configuration_reference()
+    if args.write:
+        target = PROJECT_ROOT / "docs" / "configuration.md"
+        target.write_text(text)
+        print(f"wrote {target}")
+    else:
+        print(text, end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuflow", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -108,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--recipe", default=None)
     render.add_argument("--output", required=True)
     render.set_defaults(func=cmd_render_dockerfile)
+
+    schema = commands.add_parser("params-schema", help="print (or --write) the DAG Params' JSON schemas")
+    schema.add_argument("--write", action="store_true")
+    schema.set_defaults(func=cmd_params_schema)
+
+    reference = commands.add_parser("config-reference", help="print (or --write) docs/configuration.md")
+    reference.add_argument("--write", action="store_true")
+    reference.set_defaults(func=cmd_config_reference)
 
     emulators = commands.add_parser("emulators", help="start the local profile's emulators")
     _add_config_args(emulators)

@@ -8,6 +8,7 @@ Nothing else in gpuflow reads environment variables for settings.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,12 +72,14 @@ class ContainerConfig(_Section):
 class PubSubConfig(_Section):
     """Base names; each run prefixes them with its run-scoped prefix."""
 
-    prompts_topic: str = "prompts"
-    prompts_subscription: str = "prompts-sub"
-    responses_topic: str = "responses"
-    responses_subscription: str = "responses-sub"
-    dead_letter_topic: str = "dead-letters"
-    dead_letter_subscription: str = "dead-letters-sub"
+    prompts_topic: str = Field("prompts", description="Topic the prompts are published to.")
+    prompts_subscription: str = Field(
+        "prompts-sub", description="Subscription the pipeline reads; created before launch so no prompt is lost."
+    )
+    responses_topic: str = Field("responses", description="Topic the answers go to, each with its prompt's id.")
+    responses_subscription: str = Field("responses-sub", description="Subscription the smoke test reads answers from.")
+    dead_letter_topic: str = Field("dead-letters", description="Topic for prompts that got no answer, with the reason.")
+    dead_letter_subscription: str = Field("dead-letters-sub", description="Subscription on the dead-letter topic.")
 
 
 class InferenceConfig(_Section):
@@ -324,3 +327,27 @@ def beam_jobs_dir() -> Path:
         f"beam_jobs/ not found in {PROJECT_ROOT} or {COMPOSER_DATA_DIR}. Fix: deploy beam_jobs/ beside "
         "plugins/ (or into the Composer bucket's data/ folder)."
     )
+
+
+def configuration_reference() -> str:
+    """docs/configuration.md, generated from the model so that it cannot drift (a test compares them)."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `gpuflow.config.GpuflowConfig` by `gpuflow config-reference --write`; do not edit by hand.",
+        "",
+        "Set a key in the YAML file (`configs/local.yaml` by default), in the DAG run's Params (dots written as",
+        "`__`, e.g. `model__max_new_tokens`), or with `gpuflow preflight --set dotted.key=value`.",
+        "",
+        "| key | type | default | description |",
+        "| --- | --- | --- | --- |",
+    ]
+    defaults = GpuflowConfig().model_dump(mode="json")
+    for dotted, field in _leaf_fields(GpuflowConfig):
+        value: Any = defaults
+        for part in dotted.split("."):
+            value = value[part]
+        annotation = str(field.annotation).replace("typing.", "").replace("<class '", "").replace("'>", "").replace(" | ", " or ")
+        description = (field.description or "").replace("|", "\\|")
+        lines.append(f"| `{dotted}` | `{annotation}` | `{json.dumps(value)}` | {description} |")
+    return "\n".join(lines) + "\n"

@@ -6,48 +6,58 @@ are imported inside ``execute``, never when Airflow parses a DAG file.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator, Param
-
-from gpuflow.config import DEFAULT_CONFIG_FILE, PROJECT_ROOT, config_from_json, load_config, params_json_schema
-from gpuflow.naming import ResourceNames, resource_names, run_prefix
+from airflow.sdk.exceptions import AirflowFailException
 
 log = logging.getLogger(__name__)
+
+#: The Params' JSON schemas, generated from the pydantic model (`gpuflow params-schema --write`; a test
+#: keeps it current). Read from a file so that parsing a DAG never builds the pydantic schema.
+PARAMS_SCHEMA_FILE = Path(__file__).with_name("params_schema.json")
 
 
 def dag_params() -> dict[str, Param]:
     """One Param per configuration field, all empty by default (empty: the config file's value)."""
     params = {
         "config_file": Param(
-            str(DEFAULT_CONFIG_FILE.relative_to(PROJECT_ROOT)),
+            "configs/local.yaml",
             type="string",
             title="config_file",
             description="YAML configuration, relative to the project root or absolute. The fields below override it.",
         )
     }
-    for key, schema in params_json_schema().items():
+    for key, schema in json.loads(PARAMS_SCHEMA_FILE.read_text()).items():
         params[key] = Param(None, **schema)
     return params
 
 
-def names_for(context: Any, config) -> ResourceNames:
+def names_for(context: Any, config):
+    from gpuflow.naming import resource_names, run_prefix
+
     return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
 
 
 class GpuflowStepOperator(BaseOperator):
     """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment."""
 
-    template_fields = ("config_json",)
+    template_fields = ("config_json", "image")
     ui_color = "#e8f4fd"
 
-    def __init__(self, *, config_json: Any = None, **kwargs: Any):
+    # The one __init__ of all step operators, with the few step-specific arguments: Airflow deep-copies
+    # the DAG's Params once per __init__ in the class chain, and every copy counts at DAG parse time.
+    def __init__(self, *, config_json: Any = None, image: Any = None, launch_task_id: str = "launch", **kwargs: Any):
         super().__init__(**kwargs)
         self.config_json = config_json
+        self.image = image  # verify_gpu: build_container's result
+        self.launch_task_id = launch_task_id  # cleanup: where the job handle was pushed
 
     def execute(self, context: Any) -> Any:
+        from gpuflow.config import config_from_json
         from gpuflow.platform import get_platform
 
         config = config_from_json(self.config_json)
@@ -56,7 +66,7 @@ class GpuflowStepOperator(BaseOperator):
         with platform.environment():
             return self.run_step(config, names, platform, context)
 
-    def run_step(self, config, names: ResourceNames, platform, context: Any) -> Any:
+    def run_step(self, config, names, platform, context: Any) -> Any:
         raise NotImplementedError
 
 
@@ -66,7 +76,7 @@ class PreflightOperator(BaseOperator):
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.config import ConfigError
+        from gpuflow.config import ConfigError, load_config
         from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
 
         params = dict(context["params"])
@@ -104,12 +114,6 @@ class BuildContainerOperator(GpuflowStepOperator):
 
 
 class VerifyGpuOperator(GpuflowStepOperator):
-    template_fields = ("config_json", "image")
-
-    def __init__(self, *, image: Any = None, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.image = image
-
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.gpu import verify_gpu
 
@@ -121,11 +125,8 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     """Starts the streaming pipeline; pushes its job handle at once; ``on_kill`` stops it."""
 
     ui_color = "#d4edda"
-
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        self._platform = None
-        self._handle = None
+    _platform = None
+    _handle = None
 
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.launch import launch
@@ -155,10 +156,6 @@ class CleanupOperator(GpuflowStepOperator):
     """Stops the run's pipeline (by handle, and by the run's prefix) and deletes the run's resources."""
 
     ui_color = "#f8d7da"
-
-    def __init__(self, *, launch_task_id: str = "launch", **kwargs: Any):
-        super().__init__(**kwargs)
-        self.launch_task_id = launch_task_id
 
     def run_step(self, config, names, platform, context):
         from gpuflow.platform import JobHandle

@@ -71,3 +71,10 @@ def test_params_schema_covers_every_leaf_field_with_title_description_and_null()
         assert "null" in entry["type"]
     assert schema["profile"]["enum"] == ["local", "gcp", None]
     assert schema["model__max_new_tokens"]["minimum"] == 1
+
+
+def test_configuration_reference_is_current():
+    """Regenerate with `gpuflow config-reference --write`."""
+    from gpuflow.config import PROJECT_ROOT, configuration_reference
+
+    assert (PROJECT_ROOT / "docs" / "configuration.md").read_text() == configuration_reference()

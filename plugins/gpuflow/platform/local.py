@@ -175,9 +175,17 @@ class LocalPlatform:
             "Fix: raise local.pipeline_start_timeout_s, or read the log for the cause."
         )
 
+    @staticmethod
+    def is_pipeline_process(pid: int) -> bool:
+        """Guards against a recycled pid: only a process running llm_inference.py is ours to stop."""
+        try:
+            return b"llm_inference.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
     def stop_pipeline(self, handle: JobHandle) -> bool:
         pid = int(handle.id)
-        was_running = process_alive(pid) and stop_process_group(pid)
+        was_running = process_alive(pid) and self.is_pipeline_process(pid) and stop_process_group(pid)
         log.info("pipeline %s (pid %d): %s", handle.name, pid, "stopped" if was_running else "was not running")
         for pid_file in self.state_dir.glob("*.pid"):
             if pid_file.read_text().strip() == handle.id:

@@ -1,0 +1,45 @@
+"""Argument handling of beam_jobs/llm_inference.py (no pipeline runs here)."""
+
+import llm_inference
+import pytest
+
+BASE = ["--model-name", "m", "--state-dict-path", "s.pth"]
+
+
+def test_batch_mode_passes_the_rest_to_beam():
+    args, beam_args = llm_inference.parse_args([*BASE, "--input", "in.jsonl", "--output", "out/", "--runner", "X"])
+    assert args.input == "in.jsonl" and beam_args == ["--runner", "X"]
+
+
+def test_streaming_mode_needs_all_three_pubsub_arguments():
+    with pytest.raises(SystemExit):
+        llm_inference.parse_args([*BASE, "--messages-subscription", "projects/p/subscriptions/s"])
+
+
+def test_modes_do_not_mix():
+    with pytest.raises(SystemExit):
+        llm_inference.parse_args([*BASE, "--input", "a", "--output", "b", "--responses-topic", "t"])
+
+
+def test_output_paths(tmp_path):
+    assert llm_inference.output_paths("out/") == ("out/responses.jsonl", "out/dead_letters.jsonl")
+    assert llm_inference.output_paths("run1") == ("run1-responses.jsonl", "run1-dead_letters.jsonl")
+    assert llm_inference.output_paths(str(tmp_path))[0] == f"{tmp_path}/responses.jsonl"
+
+
+def test_streaming_batching_crosses_bundles_only_in_streaming():
+    args, _ = llm_inference.parse_args([*BASE, "--input", "a", "--output", "b/", "--max-batch-duration-secs", "2"])
+    assert "max_batch_duration_secs" not in llm_inference.make_model_handler(args, streaming=False).batch_elements_kwargs()
+    assert llm_inference.make_model_handler(args, streaming=True).batch_elements_kwargs()["max_batch_duration_secs"] == 2
+
+
+def test_group_by_length_uses_beams_length_buckets():
+    args, _ = llm_inference.parse_args([*BASE, "--input", "a", "--output", "b/", "--group-by-length"])
+    kwargs = llm_inference.make_model_handler(args, streaming=False).batch_elements_kwargs()
+    assert kwargs["length_fn"](("id", "text", [1, 2, 3])) == 3
+    assert kwargs["bucket_boundaries"] == llm_inference.LENGTH_BUCKETS
+
+
+def test_fp16_is_refused():
+    with pytest.raises(ValueError, match="fp16 overflows"):
+        llm_inference.choose_device_and_dtype("float16")
