@@ -1,18 +1,23 @@
-# gpuflow recipe "beam_sdk_cuda": the Beam SDK image for Python ${python_version} and Beam ${beam_version},
-# plus a CUDA 12 build of torch (its pip wheels bring the CUDA runtime libraries). Fits L4 (driver >= 525,
-# CUDA >= 12). The GPU driver itself is NOT installed here: Dataflow installs it on the host
-# (worker_accelerator=...;install-nvidia-driver) and mounts it under /usr/local/nvidia.
+# gpuflow-recipe: cuda=12 min_beam=2.46.0 torch=pip
+# gpuflow recipe "beam_sdk_cuda": the Beam SDK image (Python ${python_version}, Beam ${beam_version}) with NVIDIA's
+# CUDA 12 toolkit added from NVIDIA's Debian repository, for libraries that need the toolkit beyond what
+# torch's wheels bring. No driver: Dataflow installs it on the host and mounts it under /usr/local/nvidia.
 FROM apache/beam_python${python_version}_sdk:${beam_version}
 
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends wget ca-certificates gnupg \
+    && wget -q https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb \
+    && dpkg -i cuda-keyring_1.1-1_all.deb && rm cuda-keyring_1.1-1_all.deb \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends cuda-toolkit-12-4 \
+    && rm -rf /var/lib/apt/lists/*
+
+ENV PATH=/usr/local/cuda/bin:$${PATH}
 ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64
 ENV PIP_NO_CACHE_DIR=1
 
 COPY worker-requirements.txt /tmp/worker-requirements.txt
-RUN pip install --upgrade pip \
-    && pip install -r /tmp/worker-requirements.txt \
-    && pip check
+RUN pip install -r /tmp/worker-requirements.txt && pip check
 
 COPY beam_jobs/ /opt/gpuflow/beam_jobs/
-
-# The Beam SDK image's own entrypoint starts the SDK harness.
 ENTRYPOINT ["/opt/apache/beam/boot"]

@@ -42,6 +42,9 @@ class ModelConfig(_Section):
     max_input_tokens: int = Field(
         512, ge=1, le=32768, description="Longer prompts go to the dead-letter topic instead of the model."
     )
+    parameters_m: float | None = Field(
+        None, gt=0, description="Model size in millions of parameters, for models the catalog does not know."
+    )
     dtype: Literal["auto", "bfloat16", "float32"] = Field(
         "auto",
         description=(
@@ -51,10 +54,25 @@ class ModelConfig(_Section):
     )
 
 
+class GpuFallback(_Section):
+    """One alternative tried, in order, when the launch meets ZONE_RESOURCE_POOL_EXHAUSTED."""
+
+    region: str | None = Field(None, description="Another region (keeps the GPU if empty).")
+    type: str | None = Field(None, description="Another GPU type (keeps the region if empty).")
+    machine_type: str | None = Field(None, description="The machine type that fits the fallback GPU.")
+
+
 class GpuConfig(_Section):
     type: str = Field("nvidia-l4", description="Dataflow accelerator name, e.g. nvidia-l4 or nvidia-tesla-t4.")
     count: int = Field(1, ge=1, le=16, description="GPUs per worker.")
     machine_type: str = Field("g2-standard-4", description="Worker machine type; it must fit the GPU type.")
+    zone: str | None = Field(
+        None, description="Pin the workers to one zone. Empty (recommended): Dataflow picks a zone with capacity."
+    )
+    fallbacks: list[GpuFallback] = Field(
+        default_factory=list,
+        description="Tried in order on ZONE_RESOURCE_POOL_EXHAUSTED; each is checked by preflight first.",
+    )
 
 
 class WorkerConfig(_Section):
@@ -63,7 +81,7 @@ class WorkerConfig(_Section):
 
 
 class ContainerConfig(_Section):
-    recipe: str = Field("beam_sdk_cuda", description="Recipe in docker/ used to build the worker image.")
+    recipe: str = Field("l4", description="Recipe in docker/ used to build the worker image.")
     image: str | None = Field(
         None, description="Worker image URI. Empty: derived from the region, project and recipe."
     )
@@ -126,6 +144,13 @@ class GpuflowConfig(_Section):
     beam_version: str = Field("2.77.0", description="Beam version of the worker container.")
     python_version: str = Field("3.11", description="Python minor version of the worker container.")
     require_gpu: bool = Field(False, description="Fail when the workers see no GPU instead of running on CPU.")
+    dataflow_service_options: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Extra Dataflow service options. A hand-written worker_accelerator=... is checked for token order "
+            "and must agree with gpu.*; gpuflow builds that option itself otherwise."
+        ),
+    )
     model: ModelConfig = ModelConfig()
     gpu: GpuConfig = GpuConfig()
     worker: WorkerConfig = WorkerConfig()

@@ -9,6 +9,7 @@ import hashlib
 import re
 import shutil
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuflow.config import PROJECT_ROOT, ConfigError, GpuflowConfig, beam_jobs_dir
@@ -23,18 +24,32 @@ def recipe_names() -> list[str]:
     return sorted(path.stem for path in RECIPES_DIR.glob("*.Dockerfile"))
 
 
-def worker_requirements(config: GpuflowConfig) -> str:
-    """What the workers need on top of the Beam SDK image (Beam itself comes with the image)."""
+@dataclass(frozen=True)
+class RecipeMetadata:
+    """The ``# gpuflow-recipe:`` header of a recipe: what preflight needs to know without building it."""
+
+    name: str
+    cuda_major: int
+    min_beam: str | None
+    torch_from: str  # "pip": the recipe installs torch; "image": the base image has it
+
+
+def recipe_metadata(recipe: str) -> RecipeMetadata:
+    path = RECIPES_DIR / f"{recipe}.Dockerfile"
+    header = path.read_text().splitlines()[0]
+    if not header.startswith("# gpuflow-recipe:"):
+        raise ValueError(f"{path} lacks its '# gpuflow-recipe: cuda=N min_beam=X torch=pip|image' header")
+    fields = dict(item.split("=", 1) for item in header.split(":", 1)[1].split())
+    return RecipeMetadata(recipe, int(fields["cuda"]), fields.get("min_beam"), fields.get("torch", "pip"))
+
+
+def worker_requirements(config: GpuflowConfig, recipe: str | None = None) -> str:
+    """What the workers need on top of the base image; torch only where the image lacks it."""
+    metadata = recipe_metadata(recipe or config.container.recipe)
+    torch = ["torch==2.13.0"] if metadata.torch_from == "pip" else []
     return "\n".join(
-        [
-            f"apache-beam[gcp]=={config.beam_version}",
-            "torch==2.13.0",
-            "transformers==5.24.0",
-            "tokenizers",
-            "safetensors",
-            "google-cloud-storage",
-            "",
-        ]
+        [f"apache-beam[gcp]=={config.beam_version}", *torch, "transformers==5.24.0", "tokenizers", "safetensors",
+         "google-cloud-storage", ""]
     )
 
 
@@ -51,7 +66,7 @@ def render_recipe(config: GpuflowConfig, output_dir: Path, recipe: str | None = 
             python_version=config.python_version, beam_version=config.beam_version
         )
     )
-    (output_dir / "worker-requirements.txt").write_text(worker_requirements(config))
+    (output_dir / "worker-requirements.txt").write_text(worker_requirements(config, recipe))
     shutil.copytree(beam_jobs_dir(), output_dir / "beam_jobs", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dockerfile

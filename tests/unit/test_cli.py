@@ -24,10 +24,10 @@ def test_preflight_rejects_an_invalid_value_before_rules_run():
 
 
 def test_preflight_json_output(capsys):
-    assert main(["preflight", "--config-only", "--json", "--set", "profile=gcp"]) == 1
+    assert main(["preflight", "--config-only", "--json", "--set", "gpu.machine_type=n1-standard-8"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False
-    assert report["findings"][0]["field"] == "profile"
+    assert report["findings"][0]["field"] == "gpu.machine_type"
 
 
 def test_preflight_of_the_default_config_passes_its_config_rules(capsys):

@@ -1,18 +1,46 @@
 import pytest
 
 from gpuflow.config import load_config
-from gpuflow.containers import check_dockerfile, context_digest, recipe_names, render_recipe
+from gpuflow.containers import check_dockerfile, context_digest, recipe_metadata, recipe_names, render_recipe
+
+RECIPES = ["beam_sdk_cuda", "cuda_base", "l4", "pytorch_gpu"]
+VERSION_SETS = [("2.77.0", "3.11"), ("2.52.0", "3.10")]
 
 
-@pytest.mark.parametrize(("beam", "python"), [("2.77.0", "3.11"), ("2.50.0", "3.10")])
-def test_rendered_recipe_passes_static_checks(tmp_path, beam, python):
-    config = load_config(None, overrides=[f"beam_version={beam}", f"python_version={python}"])
+def test_the_guides_three_ways_and_the_l4_recipe_exist():
+    assert recipe_names() == RECIPES
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize(("beam", "python"), VERSION_SETS)
+def test_every_recipe_renders_and_passes_static_checks(tmp_path, recipe, beam, python):
+    from dockerfile_parse import DockerfileParser
+
+    config = load_config(None, overrides=[f"beam_version={beam}", f"python_version={python}", f"container.recipe={recipe}"])
     dockerfile = render_recipe(config, tmp_path)
-    text = dockerfile.read_text()
-    assert f"FROM apache/beam_python{python}_sdk:{beam}" in text
     assert check_dockerfile(dockerfile, config) == []
-    assert f"apache-beam[gcp]=={beam}" in (tmp_path / "worker-requirements.txt").read_text()
+    parsed = DockerfileParser(path=str(dockerfile))
+    beam_image = f"apache/beam_python{python}_sdk:{beam}"
+    instructions = parsed.structure
+    assert parsed.baseimage == beam_image or any(
+        i["instruction"] == "COPY" and i["value"].startswith(f"--from={beam_image} /opt/apache/beam /opt/apache/beam")
+        for i in instructions
+    )
+    entrypoints = [i["value"] for i in instructions if i["instruction"] == "ENTRYPOINT"]
+    assert entrypoints == ['["/opt/apache/beam/boot"]']
+    assert "/usr/local/nvidia/lib64" in parsed.envs["LD_LIBRARY_PATH"]
+    assert any("pip check" in i["value"] for i in instructions if i["instruction"] == "RUN")
+    requirements = (tmp_path / "worker-requirements.txt").read_text()
+    assert f"apache-beam[gcp]=={beam}" in requirements
+    assert ("torch==" in requirements) == (recipe_metadata(recipe).torch_from == "pip")
+    assert "${" not in dockerfile.read_text().replace("${PATH}", "")
     assert (tmp_path / "beam_jobs" / "llm_inference.py").exists()
+
+
+def test_recipe_metadata_header():
+    assert recipe_metadata("l4").min_beam == "2.50.0"
+    assert recipe_metadata("l4").cuda_major == 12
+    assert recipe_metadata("pytorch_gpu").torch_from == "image"
 
 
 @pytest.mark.parametrize(
@@ -41,5 +69,3 @@ def test_context_digest_changes_with_content(tmp_path):
     assert context_digest(tmp_path) != before
 
 
-def test_recipes_are_listed():
-    assert "beam_sdk_cuda" in recipe_names()

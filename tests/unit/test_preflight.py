@@ -29,7 +29,6 @@ def test_default_configuration_has_no_config_findings():
         (["inference.max_batch_duration_secs=0"], "inference.max_batch_duration_secs", "warning", "about 1 second"),
         (["model.name=/does/not/exist"], "model.name", "error", "save_pretrained"),
         (["model.name=google/flan-t5-small"], "model.name", "warning", "gpuflow-demo"),
-        (["profile=gcp"], "profile", "error", "profile: local"),
     ],
 )
 def test_each_rule_reports_its_field_and_fix(overrides, field, level, fix_words):
@@ -62,3 +61,11 @@ def test_emulator_rule_fails_when_nothing_answers():
 
 def test_every_rule_is_registered_once():
     assert len(CONFIG_RULES) == len(set(CONFIG_RULES))
+
+
+def test_gcp_profile_is_refused_by_the_environment_rules_before_anything_is_created():
+    from gpuflow.preflight.rules import profile_available
+
+    found = list(profile_available(load_config(None, overrides=["profile=gcp"])))
+    assert [(f.field, f.level) for f in found] == [("profile", "error")]
+    assert "profile: local" in found[0].fix

@@ -15,6 +15,14 @@ class Finding(BaseModel):
     fix: str
 
 
+def error(field: str, problem: str, fix: str) -> Finding:
+    return Finding(level="error", field=field, problem=problem, fix=fix)
+
+
+def warning(field: str, problem: str, fix: str) -> Finding:
+    return Finding(level="warning", field=field, problem=problem, fix=fix)
+
+
 class PreflightFailed(RuntimeError):
     def __init__(self, findings: list[Finding]):
         self.findings = findings

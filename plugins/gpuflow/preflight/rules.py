@@ -8,17 +8,10 @@ from importlib import metadata
 from pathlib import Path
 
 from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig
-from gpuflow.preflight.findings import Finding
+from gpuflow.preflight.findings import Finding, error, warning
+from gpuflow.preflight.gpu_rules import GPU_RULES
 
 Rule = Callable[[GpuflowConfig], Iterator[Finding]]
-
-
-def error(field: str, problem: str, fix: str) -> Finding:
-    return Finding(level="error", field=field, problem=problem, fix=fix)
-
-
-def warning(field: str, problem: str, fix: str) -> Finding:
-    return Finding(level="warning", field=field, problem=problem, fix=fix)
 
 
 # -- configuration rules -------------------------------------------------------------------------
@@ -82,11 +75,11 @@ def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
 
 
 CONFIG_RULES: list[Rule] = [
-    profile_available,
     batch_sizes_ordered,
     streaming_batches_across_bundles,
     gpu_worker_disk,
     model_name_resolvable,
+    *GPU_RULES,
 ]
 
 
@@ -136,7 +129,7 @@ def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
         )
 
 
-ENVIRONMENT_RULES: list[Rule] = [launch_environment_matches_container, emulators_answer]
+ENVIRONMENT_RULES: list[Rule] = [profile_available, launch_environment_matches_container, emulators_answer]
 
 
 def run_preflight(config: GpuflowConfig, check_environment: bool = True) -> list[Finding]:

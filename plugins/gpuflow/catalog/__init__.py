@@ -1,0 +1,118 @@
+"""The GPU, machine-type, region and model tables, loaded from the YAML files beside this module."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CATALOG_DIR = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: str
+    memory_gb: float
+    bf16: bool
+    families: tuple[str, ...]
+    counts: tuple[int, ...]
+    quota_metric: str
+    min_beam: str | None = None
+    recommended_beam: str | None = None
+    min_driver: int | None = None
+    min_cuda: int | None = None
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    name: str
+    family: str
+    vcpus: int
+    memory_gb: float
+    fixed_gpu: str | None = None
+    fixed_gpu_count: int | None = None
+
+
+def gpu_types() -> dict[str, GpuType]:
+    table = _load("gpus")["gpu_types"]["types"]
+    return {
+        name: GpuType(
+            name=name,
+            memory_gb=row["memory_gb"],
+            bf16=row["bf16"],
+            families=tuple(row["families"]),
+            counts=tuple(row.get("counts", ())),
+            quota_metric=row["quota_metric"],
+            min_beam=row.get("min_beam"),
+            recommended_beam=row.get("recommended_beam"),
+            min_driver=row.get("min_driver"),
+            min_cuda=row.get("min_cuda"),
+        )
+        for name, row in table.items()
+    }
+
+
+def gpu_type(name: str) -> GpuType | None:
+    return gpu_types().get(name)
+
+
+_N1_PRESET = re.compile(r"n1-(standard|highmem|highcpu)-(\d+)$")
+_CUSTOM = re.compile(r"(n1-)?custom-(\d+)-(\d+)(-ext)?$")
+
+
+def machine_spec(name: str) -> MachineSpec | None:
+    """The catalog's fixed-GPU machine types, N1 presets and N1 custom types (with extended memory)."""
+    machines = _load("gpus")["machine_types"]
+    fixed = machines["fixed"].get(name)
+    if fixed:
+        gpu, count, vcpus, memory = fixed
+        return MachineSpec(name, name.split("-", 1)[0], vcpus, memory, gpu, count)
+    if match := _N1_PRESET.match(name):
+        series, vcpus = match.group(1), int(match.group(2))
+        return MachineSpec(name, "n1", vcpus, vcpus * machines["n1_memory_gb_per_vcpu"][series])
+    if match := _CUSTOM.match(name):
+        return MachineSpec(name, "n1", int(match.group(2)), int(match.group(3)) / 1024)
+    return None
+
+
+def fixed_gpu_machine_types(gpu: str) -> list[str]:
+    return [name for name, row in _load("gpus")["machine_types"]["fixed"].items() if row[0] == gpu]
+
+
+def region_offers(region: str) -> list[str] | None:
+    """GPU types the region offers, or None when the table does not know the region."""
+    return _load("gpus")["regions"]["offers"].get(region)
+
+
+def table_date(table: str) -> str:
+    data = _load("gpus")
+    return data[table]["as_of"] if table in data else _load("models")["as_of"]
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    parameters_m: float
+    export_machine: str
+    export_disk_gb: int
+
+
+def model_size(name: str) -> ModelSize | None:
+    row = _load("models")["models"].get(name)
+    return ModelSize(**row) if row else None
+
+
+def bytes_per_parameter(dtype: str) -> int:
+    return _load("models")["bytes_per_parameter"][dtype]
+
+
+def runtime_overhead() -> float:
+    return _load("models")["runtime_overhead"]

@@ -1,0 +1,86 @@
+"""Each GPU readiness rule: it fires on the case the guides describe, names the field and the fix,
+and the finding disappears when the rule is taken out of the rule list."""
+
+import pytest
+
+from gpuflow.config import load_config
+from gpuflow.preflight import run_preflight
+from gpuflow.preflight import rules as rules_module
+from gpuflow.preflight.gpu_rules import GPU_RULES
+
+
+def findings(*overrides, config_file=None):
+    return run_preflight(load_config(config_file, overrides=list(overrides)), check_environment=False)
+
+
+CASES = [
+    # (overrides, rule name, field, level, words in the fix)
+    (["gpu.type=nvidia-rtx-9999"], "gpu_type_known", "gpu.type", "error", "nvidia-l4"),
+    (["gpu.machine_type=n1-standard-8"], "machine_type_fits_gpu", "gpu.machine_type", "error", "g2-standard-4"),
+    (["gpu.type=nvidia-tesla-a100", "gpu.machine_type=g2-standard-8"], "machine_type_fits_gpu", "gpu.machine_type",
+     "error", "a2-highgpu-1g"),
+    (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=g2-standard-4"], "machine_type_fits_gpu", "gpu.machine_type",
+     "error", "N1 machine type"),
+    (["gpu.machine_type=g2-standard-24"], "machine_type_fits_gpu", "gpu.count", "error", "gpu.count: 2"),
+    (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-standard-8", "gpu.count=3", "model.dtype=float32"],
+     "machine_type_fits_gpu", "gpu.count", "error", "[1, 2, 4]"),
+    (["dataflow_service_options=['worker_accelerator=count:1;type:nvidia-l4;install-nvidia-driver']"],
+     "service_options_well_formed", "dataflow_service_options", "error",
+     "worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"),
+    (["dataflow_service_options=['worker_accelerator=type:nvidia-l4;count:1']"], "service_options_well_formed",
+     "dataflow_service_options", "error", "install-nvidia-driver"),
+    (["dataflow_service_options=['worker_accelerator=type:nvidia-tesla-t4;count:1;install-nvidia-driver']"],
+     "service_options_well_formed", "dataflow_service_options", "error", "gpu.* is the one place"),
+    (["beam_version=2.45.0", "container.recipe=beam_sdk_cuda"], "beam_version_for_gpu", "beam_version", "error",
+     "2.50.0"),
+    (["beam_version=2.47.0", "container.recipe=beam_sdk_cuda"], "beam_version_for_gpu", "beam_version", "warning",
+     "2.50.0"),
+    (["beam_version=2.48.0"], "container_cuda_for_gpu", "container.recipe", "error", "2.50.0"),
+    (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-standard-8", "model.dtype=bfloat16"], "dtype_for_gpu",
+     "model.dtype", "error", "float32"),
+    (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-standard-8"], "dtype_for_gpu", "model.dtype", "warning",
+     "nvidia-l4"),
+    (["model.name=google/flan-ul2"], "model_memory_fits", "gpu.type", "error", "nvidia-a100-80gb"),
+    (["model.name=google/flan-t5-xxl", "gpu.type=nvidia-tesla-a100", "gpu.machine_type=a2-highgpu-1g"],
+     "model_memory_fits",
+     "dataflow_service_options", "warning", "no_use_multiple_sdk_containers"),
+    (["model.name=google/flan-t5-xl", "gpu.machine_type=g2-standard-8"], "model_memory_fits",
+     "gpu.machine_type", "warning", "MPS"),
+    (["model.name=org/unknown-model"], "model_memory_fits", "model.parameters_m", "warning", "model.parameters_m"),
+    (["model.name=google/flan-t5-xxl", "gpu.type=nvidia-a100-80gb", "gpu.machine_type=a2-ultragpu-1g",
+      "region=us-central1"], None, None, None, None),
+    (["region=southamerica-east1"], "region_offers_gpu", "region", "error", "nvidia-tesla-t4"),
+    (["region=mars-north1"], "region_offers_gpu", "region", "warning", "before launching"),
+    (["gpu.zone=europe-west4-a"], "zone_not_pinned", "gpu.zone", "error", "leave gpu.zone empty"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "rule", "field", "level", "fix_words"), CASES)
+def test_rule_fires_with_field_and_fix_and_only_because_of_that_rule(overrides, rule, field, level, fix_words,
+                                                                     monkeypatch):
+    found = findings(*overrides)
+    if rule is None:  # a valid combination: no GPU finding at all
+        assert [f for f in found if f.level == "error"] == []
+        return
+    matching = [f for f in found if f.field == field and f.level == level and fix_words in f.fix]
+    assert matching, found
+    rule_function = next(r for r in GPU_RULES if r.__name__ == rule)
+    monkeypatch.setattr(rules_module, "CONFIG_RULES", [r for r in rules_module.CONFIG_RULES if r is not rule_function])
+    assert not [f for f in findings(*overrides) if f.field == field and f.level == level and fix_words in f.fix]
+
+
+def test_gcp_example_config_passes_preflight():
+    assert [f for f in findings(config_file="configs/gcp.example.yaml") if f.level == "error"] == []
+
+
+def test_n1_custom_types_with_extended_memory_are_understood():
+    found = findings("gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-custom-1-26624-ext", "model.dtype=float32")
+    assert [f for f in found if f.field in ("gpu.machine_type", "gpu.count")] == []
+
+
+def test_the_catalog_records_its_sources_and_dates():
+    from gpuflow import catalog
+
+    for table in ("gpu_types", "machine_types", "regions"):
+        assert catalog._load("gpus")[table]["source"] and catalog.table_date(table) == "2026-11-29"
+    assert catalog._load("models")["source"]
