@@ -33,7 +33,6 @@ BATCH_SIZE = 16
 
 def prepare(workdir: Path, shape: str, count: int) -> tuple[Path, list[dict]]:
     import torch
-
     from gpuflow.demo_model import _WORDS, write_demo_model
 
     model_dir = write_demo_model(workdir / "model", **SHAPES[shape])
@@ -64,7 +63,7 @@ def run_ours(model_dir: Path, prompts: list[dict], new_tokens: int, workdir: Pat
     started = time.perf_counter()
     llm_inference.run(argv, save_main_session=False)
     elapsed = time.perf_counter() - started
-    answered = sum(1 for _ in open(out / "responses.jsonl"))
+    answered = len((out / "responses.jsonl").read_text().splitlines())
     assert answered == len(prompts), f"{answered}/{len(prompts)} answered"
     return elapsed
 
@@ -116,7 +115,7 @@ def run_guide_recipe(model_dir: Path, prompts: list[dict], new_tokens: int, work
             | beam.io.WriteToText(str(output), shard_name_template="")
         )
     elapsed = time.perf_counter() - started
-    answered = sum(1 for _ in open(output))
+    answered = len(output.read_text().splitlines())
     assert answered == len(prompts), f"{answered}/{len(prompts)} answered"
     return elapsed
 

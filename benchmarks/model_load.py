@@ -58,9 +58,8 @@ def main() -> None:
     import logging
 
     logging.disable(logging.WARNING)
-    import torch
-
     import llm_inference
+    import torch
     from gpuflow.demo_model import write_demo_model
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuflow-bench-load-"))

@@ -24,6 +24,14 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
 def cmd_preflight(args: argparse.Namespace) -> int:
     from gpuflow.preflight import format_findings, has_errors, run_preflight
 
+    if args.recipes:
+        from gpuflow.containers import recipe_metadata, recipe_names
+
+        for name in recipe_names():
+            meta = recipe_metadata(name)
+            print(f"{name:<16} CUDA {meta.cuda_major}, Beam >= {meta.min_beam}, torch from {meta.torch_from}")
+        return 0
+
     try:
         config = load_config(args.config, overrides=args.overrides)
     except ConfigError as error:
@@ -59,6 +67,25 @@ def cmd_render_dockerfile(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def cmd_debug_vm(args: argparse.Namespace) -> int:
+    from gpuflow.containers import render_recipe
+    from gpuflow.debug_vm import debug_vm_commands
+    from gpuflow.steps.container import default_image
+
+    config = load_config(args.config, overrides=args.overrides)
+    image = config.container.image
+    if not image:
+        import tempfile
+
+        from gpuflow.containers import context_digest
+
+        with tempfile.TemporaryDirectory() as context:
+            render_recipe(config, Path(context))
+            image = default_image(config, context_digest(Path(context)))
+    print(debug_vm_commands(config, image), end="")
+    return 0
 
 
 def cmd_emulators(args: argparse.Namespace) -> int:
@@ -120,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     preflight = commands.add_parser("preflight", help="validate a configuration and the environment")
     _add_config_args(preflight)
     preflight.add_argument("--json", action="store_true", help="machine-readable output")
+    preflight.add_argument("--recipes", action="store_true", help="list the container recipes and exit")
     preflight.add_argument("--config-only", action="store_true",
                            help="skip the environment checks (emulators, launch-environment versions)")
     preflight.set_defaults(func=cmd_preflight)
@@ -134,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--recipe", default=None)
     render.add_argument("--output", required=True)
     render.set_defaults(func=cmd_render_dockerfile)
+
+    debug = commands.add_parser("debug-vm", help="print the guide's standalone GPU VM debugging commands")
+    _add_config_args(debug)
+    debug.set_defaults(func=cmd_debug_vm)
 
     schema = commands.add_parser("params-schema", help="print (or --write) the DAG Params' JSON schemas")
     schema.add_argument("--write", action="store_true")

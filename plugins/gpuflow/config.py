@@ -114,6 +114,15 @@ class InferenceConfig(_Section):
     )
 
 
+    group_by_length: bool = Field(
+        True,
+        description=(
+            "Batch prompts of similar token length together (Beam's length buckets), so batches pad little. "
+            "Uses the cross-bundle batching path, so it needs max_batch_duration_secs."
+        ),
+    )
+
+
 class SmokeTestConfig(_Section):
     num_prompts: int = Field(8, ge=1, le=10000, description="Prompts the smoke test publishes.")
     timeout_s: float = Field(300, gt=0, description="How long the smoke test waits for every answer.")

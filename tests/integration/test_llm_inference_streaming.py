@@ -3,13 +3,13 @@
 import time
 
 import pytest
-
 from gpuflow.naming import resource_names
 from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.cleanup import cleanup
 from gpuflow.steps.launch import launch
 from gpuflow.steps.resources import create_resources, list_run_resources
 from gpuflow.steps.smoke import pull_all
+
 from tests.conftest import mixed_length_prompts
 
 MAX_NEW_TOKENS = 8
@@ -37,7 +37,7 @@ def collect(config, names, platform, expected_ids, timeout_s=300):
     while set(answers) | set(dead_letters) != expected_ids and time.monotonic() < deadline:
         for attributes, data in pull_all(pubsub, config.project, names.responses_subscription):
             answers[attributes["id"]] = (data.decode(), int(attributes["batch_size"]))
-        for attributes, data in pull_all(pubsub, config.project, names.dead_letter_subscription):
+        for attributes, _ in pull_all(pubsub, config.project, names.dead_letter_subscription):
             dead_letters[attributes["id"]] = attributes["error"]
         time.sleep(0.5)
     return answers, dead_letters

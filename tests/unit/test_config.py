@@ -1,5 +1,4 @@
 import pytest
-
 from gpuflow.config import (
     DEFAULT_CONFIG_FILE,
     ConfigError,

@@ -1,5 +1,4 @@
 import pytest
-
 from gpuflow.config import load_config
 from gpuflow.containers import check_dockerfile, context_digest, recipe_metadata, recipe_names, render_recipe
 

@@ -30,6 +30,8 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
     ]
     if config.require_gpu:
         argv.append("--require-gpu")
+    if config.inference.group_by_length:
+        argv.append("--group-by-length")
     return argv
 
 

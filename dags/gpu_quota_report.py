@@ -1,0 +1,24 @@
+"""gpu_quota_report: daily GPU capacity check for llm_streaming_inference.
+
+gcp profile: the Compute Engine regional quota and usage of the configured GPU's metric (for example
+NVIDIA_L4_GPUS) in the configured region and every fallback region; it warns when the headroom is below
+gpu.count x worker.max_num_workers. local profile: the GPUs of the Airflow worker (nvidia-smi, torch).
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+from gpuflow.operators import GpuQuotaReportOperator, dag_params
+
+with DAG(
+    dag_id="gpu_quota_report",
+    description="Daily GPU quota headroom (gcp) or local GPU report (local).",
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params=dag_params(),
+    tags=["gpuflow", "gpu", "quota"],
+    doc_md=__doc__,
+) as dag:
+    GpuQuotaReportOperator(task_id="report", retries=2, retry_delay=pendulum.duration(minutes=5))

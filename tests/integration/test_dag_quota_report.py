@@ -1,0 +1,34 @@
+"""gpu_quota_report with the real Airflow: local profile for real, gcp profile with the Compute client faked."""
+
+from airflow.utils.state import DagRunState
+
+from tests.unit.test_quota import FakeRegionsClient
+
+
+def quota_dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.conftest import ROOT
+
+    return DagBag(str(ROOT / "dags")).dags["gpu_quota_report"]
+
+
+def report_of(run):
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "report"]
+    return ti.xcom_pull(task_ids="report")
+
+
+def test_local_profile_reports_this_machines_gpus(airflow_db):
+    run = quota_dag().test()
+    assert run.state == DagRunState.SUCCESS
+    assert report_of(run)["profile"] == "local"
+
+
+def test_gcp_profile_reads_regional_quota(airflow_db, monkeypatch):
+    client = FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 4, 4)]})
+    monkeypatch.setattr("gpuflow.quota.regions_client", lambda conn_id: client)
+    run = quota_dag().test(run_conf={"config_file": "configs/gcp.example.yaml"})
+    assert run.state == DagRunState.SUCCESS
+    (reading,) = report_of(run)["readings"]
+    assert (reading["metric"], reading["headroom"], reading["enough"]) == ("NVIDIA_L4_GPUS", 0.0, False)
+    assert client.requests[0].project == "my-gcp-project"
