@@ -1,4 +1,8 @@
-"""Shared fixtures. Airflow settings go into the environment before anything imports airflow."""
+"""Shared fixtures. Airflow settings go into the environment before anything imports airflow.
+
+Never import this module from a test (it would run again under another name and move AIRFLOW_HOME);
+shared helpers live in tests/helpers.py.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT  # noqa: E402 - helpers has no side effects
+
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="gpuflow-test-airflow-"))
 os.environ.update(
     {
@@ -88,27 +93,6 @@ def reference_generate(exported_model):
 
     generate.tokenizer = tokenizer
     return generate
-
-
-def mixed_length_prompts(tokenizer, count: int, max_tokens: int = 300, seed: int = 7) -> list[str]:
-    """Prompts whose token counts (with EOS) spread from 1 to ``max_tokens``."""
-    import random
-
-    from gpuflow.demo_model import _WORDS
-
-    rng = random.Random(seed)
-    prompts = []
-    for i in range(count):
-        target = 1 + (i * (max_tokens - 1)) // max(count - 1, 1)
-        words: list[str] = []
-        while True:
-            candidate = " ".join([*words, rng.choice(_WORDS)])
-            if len(tokenizer(candidate)["input_ids"]) > target:
-                break
-            words = candidate.split()
-        prompts.append(" ".join(words) if words else rng.choice(_WORDS))
-    rng.shuffle(prompts)
-    return prompts
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG_FILE = PROJECT_ROOT / "configs" / "local.yaml"
@@ -138,6 +139,18 @@ class LocalConfig(_Section):
     pipeline_start_timeout_s: float = Field(300, gt=0, description="How long launch waits for the model to load.")
 
 
+#: Fields whose shape a regular expression checks: field -> (pattern, what the message says).
+_FIELD_PATTERNS = {
+    "project": (
+        r"[a-z][a-z0-9-]{4,28}[a-z0-9]",
+        "must be a Google Cloud project id: 6-30 characters, lowercase letters, digits and hyphens, "
+        "starting with a letter (for example 'my-project-123')",
+    ),
+    "python_version": (r"3\.\d{1,2}", "must be a Python minor version such as '3.11' (no patch number)"),
+    "beam_version": (r"\d+\.\d+\.\d+", "must be a full Beam release such as '2.77.0'"),
+}
+
+
 class GpuflowConfig(_Section):
     profile: Literal["local", "gcp"] = Field("local", description="local: emulators and DirectRunner. gcp: Google Cloud.")
     project: str = Field("gpuflow-local", description="Google Cloud project id.")
@@ -169,41 +182,17 @@ class GpuflowConfig(_Section):
     smoke_test: SmokeTestConfig = SmokeTestConfig()
     local: LocalConfig = LocalConfig()
 
-    @field_validator("project")
+    @field_validator(*_FIELD_PATTERNS)
     @classmethod
-    def _project_id_shape(cls, value: str) -> str:
-        import re
-
-        if not re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", value):
-            raise ValueError(
-                "must be a Google Cloud project id: 6-30 characters, lowercase letters, digits and hyphens, "
-                "starting with a letter (for example 'my-project-123')"
-            )
-        return value
-
-    @field_validator("python_version")
-    @classmethod
-    def _python_minor(cls, value: str) -> str:
-        import re
-
-        if not re.fullmatch(r"3\.\d{1,2}", value):
-            raise ValueError("must be a Python minor version such as '3.11' (no patch number)")
-        return value
-
-    @field_validator("beam_version")
-    @classmethod
-    def _beam_version(cls, value: str) -> str:
-        import re
-
-        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
-            raise ValueError("must be a full Beam release such as '2.77.0'")
+    def _matches_pattern(cls, value: str, info: ValidationInfo) -> str:
+        pattern, message = _FIELD_PATTERNS[info.field_name]
+        if not re.fullmatch(pattern, value):
+            raise ValueError(message)
         return value
 
     @field_validator("bucket")
     @classmethod
     def _bucket_name(cls, value: str | None) -> str | None:
-        import re
-
         if value in (None, ""):
             return None
         value = value.removeprefix("gs://").rstrip("/")

@@ -36,6 +36,17 @@ def dag_params() -> dict[str, Param]:
     return params
 
 
+def config_from_params(context: Any):
+    """The run's configuration: its config file, then its Params. A bad one fails the task without retries."""
+    from gpuflow.config import ConfigError, load_config
+
+    params = dict(context["params"])
+    try:
+        return load_config(params.get("config_file"), params)
+    except ConfigError as error:
+        raise AirflowFailException(str(error)) from None
+
+
 def names_for(context: Any, config):
     from gpuflow.naming import resource_names, run_prefix
 
@@ -76,14 +87,9 @@ class PreflightOperator(BaseOperator):
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.config import ConfigError, load_config
         from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
 
-        params = dict(context["params"])
-        try:
-            config = load_config(params.get("config_file"), params)
-        except ConfigError as error:
-            raise AirflowFailException(str(error)) from None
+        config = config_from_params(context)
         findings = run_preflight(config)
         log.info("preflight of run %s:\n%s", names_for(context, config).prefix, format_findings(findings))
         if has_errors(findings):
@@ -98,14 +104,9 @@ class GpuQuotaReportOperator(BaseOperator):
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.config import ConfigError, load_config
         from gpuflow.quota import format_quota, local_gpu_report, regional_gpu_quota, regions_client
 
-        params = dict(context["params"])
-        try:
-            config = load_config(params.get("config_file"), params)
-        except ConfigError as error:
-            raise AirflowFailException(str(error)) from None
+        config = config_from_params(context)
         if config.profile == "local":
             report = local_gpu_report(config)
             if report["count"] == 0 and not report["torch_cuda_devices"]:

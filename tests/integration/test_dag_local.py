@@ -12,7 +12,7 @@ DAG_ID = "llm_streaming_inference"
 def dag(airflow_db):
     from airflow.dag_processing.dagbag import DagBag
 
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     return DagBag(str(ROOT / "dags")).dags[DAG_ID]
 

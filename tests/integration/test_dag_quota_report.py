@@ -8,7 +8,7 @@ from tests.unit.test_quota import FakeRegionsClient
 def quota_dag():
     from airflow.dag_processing.dagbag import DagBag
 
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     return DagBag(str(ROOT / "dags")).dags["gpu_quota_report"]
 

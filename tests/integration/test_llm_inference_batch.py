@@ -5,7 +5,7 @@ import json
 import llm_inference
 import pytest
 
-from tests.conftest import mixed_length_prompts
+from tests.helpers import mixed_length_prompts
 
 MAX_NEW_TOKENS = 8
 

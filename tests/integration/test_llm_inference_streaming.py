@@ -10,7 +10,7 @@ from gpuflow.steps.launch import launch
 from gpuflow.steps.resources import create_resources, list_run_resources
 from gpuflow.steps.smoke import pull_all
 
-from tests.conftest import mixed_length_prompts
+from tests.helpers import mixed_length_prompts
 
 MAX_NEW_TOKENS = 8
 
