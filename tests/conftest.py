@@ -32,11 +32,25 @@ sys.path.insert(0, str(ROOT / "beam_jobs"))
 TEST_STATE_DIR = Path(tempfile.mkdtemp(prefix="gpuflow-test-state-"))
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def local_config():
+    """The local profile on emulator ports of this session's own, so no other run's emulators are shared."""
     from gpuflow.config import load_config
 
-    return load_config(None, overrides=[f"local.state_dir={TEST_STATE_DIR}", "smoke_test.timeout_s=240"])
+    return load_config(None, overrides=[
+        f"local.state_dir={TEST_STATE_DIR}",
+        "smoke_test.timeout_s=240",
+        f"local.pubsub_emulator_host=localhost:{_free_port()}",
+        f"local.storage_emulator_host=http://localhost:{_free_port()}",
+    ])
 
 
 @pytest.fixture(scope="session")

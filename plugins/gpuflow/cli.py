@@ -40,7 +40,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         else:
             print(str(error), file=sys.stderr)
         return 1
-    findings = run_preflight(config, check_environment=not args.config_only)
+    workflow = args.workflow or ("dataproc" if config.dataproc is not None else "inference")
+    findings = run_preflight(config, check_environment=not args.config_only, workflow=workflow)
     if args.json:
         print(json.dumps({"ok": not has_errors(findings), "findings": [f.model_dump() for f in findings]}, indent=2))
     else:
@@ -148,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(preflight)
     preflight.add_argument("--json", action="store_true", help="machine-readable output")
     preflight.add_argument("--recipes", action="store_true", help="list the container recipes and exit")
+    preflight.add_argument("--workflow", choices=["inference", "dataproc"], default=None,
+                           help="whose environment to check (default: dataproc when the config has a dataproc "
+                                "section, else inference)")
     preflight.add_argument("--config-only", action="store_true",
                            help="skip the environment checks (emulators, launch-environment versions)")
     preflight.set_defaults(func=cmd_preflight)

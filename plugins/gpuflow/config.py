@@ -139,6 +139,35 @@ class LocalConfig(_Section):
     pipeline_start_timeout_s: float = Field(300, gt=0, description="How long launch waits for the model to load.")
 
 
+class DataprocConfig(_Section):
+    """A Dataproc Serverless Spark batch with GPUs (the dataproc_gpu_batch DAG)."""
+
+    runtime_version: str = Field("2.2", description="Dataproc Serverless runtime, e.g. 1.1 (XGBoost) or 2.2.")
+    accelerator: Literal["l4", "a100-40", "a100-80"] = Field("l4", description="GPU type of every executor.")
+    executor_instances: int = Field(2, ge=1, description="Executors; GPU batches need 2 or more.")
+    executor_cores: int = Field(4, ge=1, description="Cores per executor: L4 4, 8, 12 or 16; A100 12.")
+    executor_memory: int | None = Field(None, description="Executor memory in MB; set this or the overhead, not both.")
+    executor_memory_overhead: int | None = Field(
+        None, description="Executor memory overhead in MB; set this or executor_memory, not both."
+    )
+    disk_size: int = Field(375, ge=1, description="Executor disk in GB: exactly 375 for L4; A100 may differ.")
+    main_python_file: str = Field(
+        "spark_jobs/gpu_count_join.py", description="The PySpark file; relative paths are in the project."
+    )
+    args: list[str] = Field(default_factory=list, description="Arguments for the PySpark file.")
+    pyspark: bool = Field(True, description="A PySpark workload (40% memory overhead by default, else 10%).")
+    xgboost: bool = Field(False, description="The job needs XGBoost, which only runtime 1.x ships.")
+    shuffle_manager: str | None = Field(
+        "com.nvidia.spark.rapids.RapidsShuffleManager",
+        description="spark.shuffle.manager; NVIDIA recommends the RAPIDS shuffle manager for GPU batches.",
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="More Spark properties; the tier and accelerator ones are gpuflow's."
+    )
+    local_threads: int = Field(2, ge=1, description="local profile: Spark local threads per executor.")
+    poll_interval_s: float = Field(15, gt=0, description="gcp profile: seconds between batch state checks.")
+
+
 #: Fields whose shape a regular expression checks: field -> (pattern, what the message says).
 _FIELD_PATTERNS = {
     "project": (
@@ -181,6 +210,7 @@ class GpuflowConfig(_Section):
     inference: InferenceConfig = InferenceConfig()
     smoke_test: SmokeTestConfig = SmokeTestConfig()
     local: LocalConfig = LocalConfig()
+    dataproc: DataprocConfig | None = Field(None, description="A Dataproc Serverless GPU batch (optional).")
 
     @field_validator(*_FIELD_PATTERNS)
     @classmethod
@@ -294,11 +324,23 @@ def param_key_to_dotted(key: str) -> str:
     return key.replace(_PARAM_SEPARATOR, ".")
 
 
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a section field, also when the section is optional (``DataprocConfig | None``)."""
+    import types
+    import typing
+
+    optional_parts = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    for candidate in (annotation, *optional_parts):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
 def _leaf_fields(model: type[BaseModel], prefix: str = ""):
     for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from _leaf_fields(annotation, f"{prefix}{name}.")
+        section = _section_model(field.annotation)
+        if section is not None:
+            yield from _leaf_fields(section, f"{prefix}{name}.")
         else:
             yield f"{prefix}{name}", field
 
@@ -312,7 +354,9 @@ def params_json_schema() -> dict[str, dict[str, Any]]:
         node = full_schema
         for part in dotted.split("."):
             prop = node["properties"][part]
-            ref = prop.get("$ref") or next((a["$ref"] for a in prop.get("allOf", []) if "$ref" in a), None)
+            ref = prop.get("$ref") or next(
+                (a["$ref"] for a in prop.get("allOf", []) + prop.get("anyOf", []) if "$ref" in a), None
+            )
             node = definitions[ref.split("/")[-1]] if ref else prop
         return node
 
@@ -362,10 +406,13 @@ def configuration_reference() -> str:
         "Set a key in the YAML file (`configs/local.yaml` by default), in the DAG run's Params (dots written as",
         "`__`, e.g. `model__max_new_tokens`), or with `gpuflow preflight --set dotted.key=value`.",
         "",
+        "The `dataproc.*` keys form an optional section: present, it describes the `dataproc_gpu_batch` DAG's batch;",
+        "the defaults shown are those of a section written as `dataproc: {}`.",
+        "",
         "| key | type | default | description |",
         "| --- | --- | --- | --- |",
     ]
-    defaults = GpuflowConfig().model_dump(mode="json")
+    defaults = GpuflowConfig(dataproc=DataprocConfig()).model_dump(mode="json")
     for dotted, field in _leaf_fields(GpuflowConfig):
         value: Any = defaults
         for part in dotted.split("."):

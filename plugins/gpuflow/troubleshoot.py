@@ -65,6 +65,11 @@ _SYMPTOMS: list[tuple[str, re.Pattern[str], str, str, bool]] = [
      "the workers never came up: usually the image (too large for the disk, wrong entrypoint) or the driver",
      "set worker.disk_size_gb to 50 or more, check the image with `gpuflow debug-vm`, and read the worker "
      "startup logs", False),
+    ("SHIELDED_VM_REQUIRED",
+     re.compile(r"constraints/compute\.requireShieldedVm", re.I),
+     "the organisation policy constraints/compute.requireShieldedVm blocks accelerated Dataproc Serverless batches",
+     "ask an organisation admin to exempt the project from constraints/compute.requireShieldedVm, or run the "
+     "batch in a project outside that policy", False),
     ("NO_GPU_USAGE",
      re.compile(r"failed to detect GPUs with your setup|GPUs are not available\. Switching to CPU|"
                 r"cuda_available\W+false", re.I),

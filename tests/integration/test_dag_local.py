@@ -18,7 +18,14 @@ def dag(airflow_db):
 
 
 def run_conf(local_config, **extra):
-    return {"local__state_dir": local_config.local.state_dir, "model__max_new_tokens": 8, **extra}
+    local = local_config.local
+    return {
+        "local__state_dir": local.state_dir,
+        "local__pubsub_emulator_host": local.pubsub_emulator_host,
+        "local__storage_emulator_host": local.storage_emulator_host,
+        "model__max_new_tokens": 8,
+        **extra,
+    }
 
 
 def task_states(run):

@@ -48,3 +48,10 @@ def test_render_dockerfile(tmp_path):
     assert (tmp_path / "Dockerfile").exists()
     with pytest.raises(SystemExit):
         main(["render-dockerfile"])
+
+
+def test_dataproc_example_passes_and_six_l4_cores_fail():
+    assert run_cli("preflight", "--config", "configs/dataproc.example.yaml").returncode == 0
+    result = run_cli("preflight", "--config", "configs/dataproc.example.yaml", "--set", "dataproc.executor_cores=6")
+    assert result.returncode == 1
+    assert "dataproc.executor_cores" in result.stdout and "4 (the default), 8, 12 or 16" in result.stdout

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 
 class Finding(BaseModel):
-    level: Literal["error", "warning"]
+    level: Literal["error", "warning", "info"]
     field: str
     problem: str
     fix: str

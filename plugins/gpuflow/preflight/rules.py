@@ -74,12 +74,19 @@ def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
         )
 
 
+def dataproc_batch_rules(config: GpuflowConfig) -> Iterator[Finding]:
+    from gpuflow.dataproc import dataproc_findings
+
+    yield from dataproc_findings(config)
+
+
 CONFIG_RULES: list[Rule] = [
     batch_sizes_ordered,
     streaming_batches_across_bundles,
     gpu_worker_disk,
     model_name_resolvable,
     *GPU_RULES,
+    dataproc_batch_rules,
 ]
 
 
@@ -129,9 +136,21 @@ def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
         )
 
 
-ENVIRONMENT_RULES: list[Rule] = [profile_available, launch_environment_matches_container, emulators_answer]
+def java_for_local_spark(config: GpuflowConfig) -> Iterator[Finding]:
+    import shutil
+
+    if config.profile == "local" and shutil.which("java") is None:
+        yield error("profile", "local Spark needs Java (17) and there is no java on PATH",
+                    "install a Java 17 runtime (Debian: openjdk-17-jre-headless)")
 
 
-def run_preflight(config: GpuflowConfig, check_environment: bool = True) -> list[Finding]:
-    rules = CONFIG_RULES + (ENVIRONMENT_RULES if check_environment else [])
+#: What each workflow needs of the machine it runs on.
+ENVIRONMENT_RULES: dict[str, list[Rule]] = {
+    "inference": [profile_available, launch_environment_matches_container, emulators_answer],
+    "dataproc": [java_for_local_spark],
+}
+
+
+def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference") -> list[Finding]:
+    rules = CONFIG_RULES + (ENVIRONMENT_RULES[workflow] if check_environment else [])
     return [finding for rule in rules for finding in rule(config)]

@@ -1,0 +1,29 @@
+"""dataproc_gpu_batch: a Spark batch with GPUs on Dataproc Serverless, checked against the guide's rules.
+
+preflight and batch (setup tasks) -> cleanup (teardown). gcp: the batch is submitted through the provider's
+Dataproc hook with a batch id derived from the run, waited for, and deleted afterwards. local: the same
+PySpark file runs on local Spark. The job's result (the executors' GPU count) goes to XCom.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+from gpuflow.operators import DataprocBatchOperator, DataprocCleanupOperator, DataprocPreflightOperator, dag_params
+
+with DAG(
+    dag_id="dataproc_gpu_batch",
+    description="A Dataproc Serverless GPU Spark batch: validate, submit, wait, clean up.",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params=dag_params(dataproc=True),
+    tags=["gpuflow", "dataproc", "spark", "gpu"],
+    doc_md=__doc__,
+) as dag:
+    preflight = DataprocPreflightOperator(task_id="preflight")
+    batch = DataprocBatchOperator(task_id="batch", config_json=preflight.output, retries=1)
+    cleanup = DataprocCleanupOperator(task_id="cleanup", config_json=preflight.output)
+    preflight >> batch >> cleanup
+    # preflight is a setup too: once it passed, cleanup runs whatever the batch did.
+    cleanup.as_teardown(setups=[preflight, batch])

@@ -1,0 +1,133 @@
+"""The dataproc_gpu_batch workflow: run the PySpark batch locally (local Spark) or on Dataproc Serverless (gcp)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuflow.config import PROJECT_ROOT, GpuflowConfig
+
+log = logging.getLogger(__name__)
+
+RESULT_MARKER = "GPUFLOW_RESULT "
+
+
+class BatchFailed(RuntimeError):
+    pass
+
+
+def parse_result(output: str) -> dict[str, Any]:
+    """The job's ``GPUFLOW_RESULT {...}`` line; its absence is an error that says where to look."""
+    for line in reversed(output.splitlines()):
+        if RESULT_MARKER in line:
+            return json.loads(line.split(RESULT_MARKER, 1)[1])
+    raise BatchFailed("the batch finished without printing its GPUFLOW_RESULT line; read its driver output")
+
+
+def main_file(config: GpuflowConfig) -> Path:
+    path = Path(config.dataproc.main_python_file)
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+# -- local profile: the same PySpark file on local Spark ---------------------------------------------
+
+
+def run_local_batch(config: GpuflowConfig) -> dict[str, Any]:
+    """Local Spark with one thread group per executor; a machine without nvidia-smi reports 0 GPUs."""
+    import os
+
+    from gpuflow.platform.local import run_logged
+
+    batch = config.dataproc
+    threads = batch.executor_instances * batch.local_threads
+    submit_args = (f"--master local[{threads}] --conf spark.executor.instances={batch.executor_instances} "
+                   "--conf spark.ui.enabled=false pyspark-shell")
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": submit_args, "PYTHONUNBUFFERED": "1"}
+    output = run_logged([sys.executable, str(main_file(config)), *batch.args], env, "local Spark batch")
+    result = parse_result(output)
+    for note in result.get("notes", []):
+        log.warning("%s", note)
+    log.info("local Spark batch: %d GPU(s) on the executors, join of %d rows", result["accelerator_count"],
+             result["joined_rows"])
+    return result
+
+
+# -- gcp profile: Dataproc Serverless through the provider's hook ------------------------------------
+
+
+def _hook(config: GpuflowConfig):
+    from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
+
+    return DataprocHook(gcp_conn_id=config.gcp_conn_id)
+
+
+def staged_main_file_uri(config: GpuflowConfig, prefix: str) -> str:
+    """gs:// files are used as they are; a project file is uploaded to the bucket under the run's prefix."""
+    if config.dataproc.main_python_file.startswith("gs://"):
+        return config.dataproc.main_python_file
+    if not config.bucket:
+        raise BatchFailed("a local main_python_file needs a bucket to stage it. Fix: set bucket, or a gs:// file.")
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    object_name = f"gpuflow/{prefix}/spark_jobs/{main_file(config).name}"
+    GCSHook(gcp_conn_id=config.gcp_conn_id).upload(config.bucket, object_name, filename=str(main_file(config)))
+    return f"gs://{config.bucket}/{object_name}"
+
+
+def read_driver_output(config: GpuflowConfig, output_uri: str) -> str:
+    """Dataproc writes the driver's output to ``<output_uri>.NNNNNNNNN`` objects in GCS."""
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    gcs = GCSHook(gcp_conn_id=config.gcp_conn_id)
+    bucket, _, prefix = output_uri.removeprefix("gs://").partition("/")
+    return "".join(gcs.download(bucket, name).decode("utf-8", errors="replace")
+                   for name in sorted(gcs.list(bucket, prefix=prefix)))
+
+
+def submit_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str,
+                     on_operation: Any = None) -> dict[str, Any]:
+    """Create the batch (reusing it when a retry finds it), wait for it, and return the job's result."""
+    from google.api_core.exceptions import AlreadyExists
+    from google.cloud import dataproc_v1
+
+    from gpuflow.dataproc import build_batch
+    from gpuflow.troubleshoot import classify
+
+    hook = _hook(config)
+    batch = build_batch(config, staged_main_file_uri(config, prefix), labels={"gpuflow-run": prefix})
+    log.info("submitting Dataproc batch %s in %s with %s", batch_id, config.region, dict(batch.runtime_config.properties))
+    try:
+        operation = hook.create_batch(region=config.region, project_id=config.project, batch=batch, batch_id=batch_id)
+        if on_operation:
+            on_operation(operation)
+    except AlreadyExists:
+        log.info("batch %s exists already (a retry of this run); waiting for it", batch_id)
+    finished = hook.wait_for_batch(batch_id=batch_id, region=config.region, project_id=config.project,
+                                   wait_check_interval=config.dataproc.poll_interval_s)
+    if finished.state != dataproc_v1.Batch.State.SUCCEEDED:
+        diagnosis = classify(finished.state_message or "")
+        advice = f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}" if diagnosis else ""
+        raise BatchFailed(f"batch {batch_id} ended {finished.state.name}: {finished.state_message}.{advice}")
+    result = parse_result(read_driver_output(config, finished.runtime_info.output_uri))
+    log.info("Dataproc batch %s: %d GPU(s) on the executors", batch_id, result["accelerator_count"])
+    return result
+
+
+def cancel_gcp_batch(config: GpuflowConfig, operation_name: str) -> None:
+    _hook(config).get_operations_client(config.region).cancel_operation(name=operation_name)
+
+
+def delete_gcp_batch(config: GpuflowConfig, batch_id: str) -> bool:
+    """True if a batch was deleted; a batch that is not there is fine."""
+    from google.api_core.exceptions import NotFound
+
+    try:
+        _hook(config).delete_batch(batch_id=batch_id, region=config.region, project_id=config.project)
+    except NotFound:
+        log.info("batch %s is not there (never created, or deleted already)", batch_id)
+        return False
+    log.info("deleted batch %s", batch_id)
+    return True

@@ -1,0 +1,112 @@
+"""dataproc_gpu_batch with the real Airflow: local Spark for real; Dataproc faked at its client boundary."""
+
+from types import SimpleNamespace
+
+import pytest
+from airflow.utils.state import DagRunState, TaskInstanceState
+from google.cloud import dataproc_v1
+from gpuflow.dataproc import batch_id_for
+from gpuflow.emulators import LOCAL_CONN_ID
+from gpuflow.naming import run_prefix
+
+DAG_ID = "dataproc_gpu_batch"
+BUCKET = "gpuflow-dataproc-test"
+
+
+def dataproc_dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.helpers import ROOT
+
+    return DagBag(str(ROOT / "dags")).dags[DAG_ID]
+
+
+def states(run):
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def batch_result(run):
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "batch"]
+    return ti.xcom_pull(task_ids="batch")
+
+
+def test_local_profile_runs_the_real_pyspark_job(airflow_db):
+    run = dataproc_dag().test(run_conf={"dataproc__args": ["--rows", "200000"]})
+    assert run.state == DagRunState.SUCCESS, states(run)
+    result = batch_result(run)
+    assert result["joined_rows"] == 200000
+    assert result["accelerator_count"] == 0  # no GPU here: a count of 0 and a note, not a crash
+    assert "nvidia-smi not found" in result["notes"][0]
+
+
+class FakeBatchController:
+    """Answers like Dataproc's BatchControllerClient: PENDING, RUNNING, then the final state."""
+
+    def __init__(self, final_state, state_message, output_uri):
+        self.states = [dataproc_v1.Batch.State.PENDING, dataproc_v1.Batch.State.RUNNING, final_state]
+        self.state_message, self.output_uri = state_message, output_uri
+        self.created, self.deleted, self.cancelled = [], [], []
+        self.transport = SimpleNamespace(operations_client=SimpleNamespace(cancel_operation=self.cancelled.append))
+
+    def create_batch(self, request, retry=None, timeout=None, metadata=()):
+        assert isinstance(request["batch"], dataproc_v1.Batch)
+        self.created.append(request)
+        return SimpleNamespace(operation=SimpleNamespace(name=f"{request['parent']}/operations/op-1"))
+
+    def get_batch(self, request, retry=None, timeout=None, metadata=()):
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        return dataproc_v1.Batch(name=request["name"], state=state, state_message=self.state_message,
+                                 runtime_info=dataproc_v1.RuntimeInfo(output_uri=self.output_uri))
+
+    def delete_batch(self, request, retry=None, timeout=None, metadata=()):
+        self.deleted.append(request["name"])
+
+
+@pytest.fixture
+def gcp_dataproc(emulators, monkeypatch):
+    """The Dataproc client faked; GCS (staging, driver output) is the real emulator."""
+    from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    gcs = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
+    if not gcs.get_conn().bucket(BUCKET).exists():
+        gcs.create_bucket(bucket_name=BUCKET, project_id="gpuflow-local")
+    # The driver output as Dataproc writes it: <output_uri>.000000000 objects.
+    gcs.upload(BUCKET, "driveroutput/out.000000000", data="Using Spark's default log4j profile\n"
+               'GPUFLOW_RESULT {"accelerator_count": 2, "hosts": 2, "joined_rows": 10000000, "notes": []}\n')
+
+    def install(final_state, message=""):
+        fake = FakeBatchController(final_state, message, f"gs://{BUCKET}/driveroutput/out")
+        monkeypatch.setattr(DataprocHook, "get_batch_client", lambda self, region=None: fake)
+        return fake
+
+    return install
+
+
+def gcp_conf():
+    return {"config_file": "configs/dataproc.example.yaml", "profile": "gcp", "project": "gpuflow-local",
+            "bucket": BUCKET, "gcp_conn_id": LOCAL_CONN_ID, "dataproc__poll_interval_s": 0.1}
+
+
+def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db, gcp_dataproc):
+    fake = gcp_dataproc(dataproc_v1.Batch.State.SUCCEEDED)
+    run = dataproc_dag().test(run_conf=gcp_conf())
+    assert run.state == DagRunState.SUCCESS, states(run)
+    assert batch_result(run)["accelerator_count"] == 2
+    (request,) = fake.created
+    batch_id = batch_id_for(run_prefix(DAG_ID, run.run_id))
+    assert request["batch_id"] == batch_id and request["parent"] == "projects/gpuflow-local/regions/us-central1"
+    properties = dict(request["batch"].runtime_config.properties)
+    assert properties["spark.dataproc.executor.resource.accelerator.type"] == "l4"
+    assert request["batch"].pyspark_batch.main_python_file_uri.startswith(f"gs://{BUCKET}/gpuflow/")
+    assert fake.deleted == [f"projects/gpuflow-local/locations/us-central1/batches/{batch_id}"]
+
+
+def test_gcp_failure_still_cleans_up_and_the_run_fails(airflow_db, gcp_dataproc):
+    fake = gcp_dataproc(dataproc_v1.Batch.State.FAILED,
+                        "Constraint constraints/compute.requireShieldedVm violated for project gpuflow-local.")
+    run = dataproc_dag().test(run_conf=gcp_conf())
+    assert run.state == DagRunState.FAILED
+    assert states(run)["batch"] == TaskInstanceState.FAILED
+    assert states(run)["cleanup"] == TaskInstanceState.SUCCESS
+    assert len(fake.deleted) == 1
