@@ -33,6 +33,7 @@ BATCH_SIZE = 16
 
 def prepare(workdir: Path, shape: str, count: int) -> tuple[Path, list[dict]]:
     import torch
+
     from gpuflow.demo_model import _WORDS, write_demo_model
 
     model_dir = write_demo_model(workdir / "model", **SHAPES[shape])

@@ -58,8 +58,9 @@ def main() -> None:
     import logging
 
     logging.disable(logging.WARNING)
-    import llm_inference
     import torch
+
+    import llm_inference
     from gpuflow.demo_model import write_demo_model
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuflow-bench-load-"))

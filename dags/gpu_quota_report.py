@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG
+
 from gpuflow.operators import GpuQuotaReportOperator, dag_params
 
 with DAG(

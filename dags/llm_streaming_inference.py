@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG
+
 from gpuflow.operators import (
     BuildContainerOperator,
     CleanupOperator,

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 from airflow.utils.state import DagRunState, TaskInstanceState
 from google.cloud import dataproc_v1
+
 from gpuflow.dataproc import batch_id_for
 from gpuflow.emulators import LOCAL_CONN_ID
 from gpuflow.naming import run_prefix

@@ -2,6 +2,7 @@
 
 import pytest
 from airflow.utils.state import DagRunState, TaskInstanceState
+
 from gpuflow.naming import resource_names, run_prefix
 from gpuflow.steps.resources import list_run_resources
 

@@ -2,8 +2,9 @@
 
 import json
 
-import gpu_check
 import pytest
+
+import gpu_check
 
 
 def test_without_require_gpu_it_reports_no_gpu(tmp_path):

@@ -2,9 +2,9 @@
 
 import json
 
-import llm_inference
 import pytest
 
+import llm_inference
 from tests.helpers import mixed_length_prompts
 
 MAX_NEW_TOKENS = 8

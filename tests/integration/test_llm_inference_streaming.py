@@ -3,13 +3,13 @@
 import time
 
 import pytest
+
 from gpuflow.naming import resource_names
 from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.cleanup import cleanup
 from gpuflow.steps.launch import launch
 from gpuflow.steps.resources import create_resources, list_run_resources
 from gpuflow.steps.smoke import pull_all
-
 from tests.helpers import mixed_length_prompts
 
 MAX_NEW_TOKENS = 8

@@ -1,4 +1,5 @@
 import pytest
+
 from gpuflow.config import (
     DEFAULT_CONFIG_FILE,
     ConfigError,

@@ -1,4 +1,5 @@
 import pytest
+
 from gpuflow.config import load_config
 from gpuflow.containers import check_dockerfile, context_digest, recipe_metadata, recipe_names, render_recipe
 

@@ -2,6 +2,7 @@
 
 import pytest
 from google.cloud import dataproc_v1
+
 from gpuflow.config import load_config
 from gpuflow.dataproc import build_batch, memory_split
 from gpuflow.preflight import run_preflight

@@ -1,7 +1,8 @@
 """download_model.py keeps the guide's two modes; vertex mode only builds the job here (no Vertex AI)."""
 
-import download_model
 import pytest
+
+import download_model
 
 
 def test_local_mode_arguments():

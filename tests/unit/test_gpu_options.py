@@ -1,4 +1,5 @@
 import pytest
+
 from gpuflow.config import load_config
 from gpuflow.gpu_options import AcceleratorOptionError, parse_worker_accelerator, worker_accelerator
 

@@ -2,6 +2,7 @@
 and the finding disappears when the rule is taken out of the rule list."""
 
 import pytest
+
 from gpuflow.config import load_config
 from gpuflow.preflight import rules as rules_module
 from gpuflow.preflight import run_preflight

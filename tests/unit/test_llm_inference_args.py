@@ -1,7 +1,8 @@
 """Argument handling of beam_jobs/llm_inference.py (no pipeline runs here)."""
 
-import llm_inference
 import pytest
+
+import llm_inference
 
 BASE = ["--model-name", "m", "--state-dict-path", "s.pth"]
 

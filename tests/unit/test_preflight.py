@@ -2,6 +2,7 @@ import sys
 from importlib import metadata
 
 import pytest
+
 from gpuflow.config import load_config
 from gpuflow.preflight import format_findings, has_errors, run_preflight
 from gpuflow.preflight.rules import CONFIG_RULES, launch_environment_matches_container

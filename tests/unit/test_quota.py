@@ -2,6 +2,7 @@
 
 import pytest
 from google.cloud import compute_v1
+
 from gpuflow.config import load_config
 from gpuflow.quota import format_quota, local_gpu_report, quota_regions, regional_gpu_quota
 

@@ -1,6 +1,7 @@
 """The classifier on error text as Dataflow and Beam print it, and the zone-exhaustion fallback plan."""
 
 import pytest
+
 from gpuflow.config import load_config
 from gpuflow.troubleshoot import FallbacksExhausted, classify, run_with_fallbacks
 

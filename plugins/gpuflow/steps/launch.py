@@ -38,13 +38,24 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
 def launch(
     config: GpuflowConfig, names: ResourceNames, platform: Platform, on_handle: Callable[[JobHandle], None] | None = None
 ) -> JobHandle:
-    """Start the pipeline, report its handle at once (``on_handle``), then wait until it runs."""
-    handle = platform.launch_pipeline(pipeline_argv(config, names), names)
-    if on_handle:
-        on_handle(handle)
-    try:
-        platform.wait_until_running(handle)
-    except BaseException:
-        platform.stop_pipeline(handle)
-        raise
-    return handle
+    """Start the pipeline, report its handle at once (``on_handle``), then wait until it runs.
+
+    When the workers cannot start for lack of GPUs in the zone (ZONE_RESOURCE_POOL_EXHAUSTED), the
+    configured ``gpu.fallbacks`` are tried in order, each checked by preflight first.
+    """
+    from gpuflow.platform import get_platform
+    from gpuflow.troubleshoot import run_with_fallbacks
+
+    def attempt(candidate: GpuflowConfig) -> JobHandle:
+        target = platform if candidate is config else get_platform(candidate)
+        handle = target.launch_pipeline(pipeline_argv(candidate, names), names)
+        if on_handle:
+            on_handle(handle)
+        try:
+            target.wait_until_running(handle)
+        except BaseException:
+            target.stop_pipeline(handle)
+            raise
+        return handle
+
+    return run_with_fallbacks(config, attempt)
