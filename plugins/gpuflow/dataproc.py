@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gpuflow.catalog import version_tuple
 from gpuflow.config import DataprocConfig, GpuflowConfig
 from gpuflow.preflight.findings import Finding, error, warning
 
@@ -30,10 +31,6 @@ ACCELERATOR_PROPERTY = "spark.dataproc.executor.resource.accelerator.type"
 TIER_PROPERTIES = ("spark.dataproc.executor.compute.tier", "spark.dataproc.executor.disk.tier")
 LANG_PROPERTIES = ("spark.dataproc.driverEnv.LANG", "spark.executorEnv.LANG")
 SHIELDED_VM_CONSTRAINT = "constraints/compute.requireShieldedVm"
-
-
-def _runtime_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".") if part.isdigit())
 
 
 def max_total_memory_mb(batch: DataprocConfig) -> int | None:
@@ -79,11 +76,11 @@ def dataproc_findings(config: GpuflowConfig) -> Iterator[Finding]:
         yield error("dataproc.disk_size", f"L4 executors have exactly 375 GB of disk, not {batch.disk_size}",
                     "set dataproc.disk_size: 375 (only A100 disks may be changed)")
     yield from _memory_findings(batch)
-    if _runtime_tuple(batch.runtime_version) < (2, 2):
+    if version_tuple(batch.runtime_version) < (2, 2):
         yield Finding(level="info", field="dataproc.runtime_version",
                       problem=f"runtime {batch.runtime_version} (before 2.2) needs LANG=C.UTF-8 on the driver and executors",
                       fix="gpuflow adds spark.dataproc.driverEnv.LANG and spark.executorEnv.LANG=C.UTF-8 for you")
-    if batch.xgboost and _runtime_tuple(batch.runtime_version) >= (2,):
+    if batch.xgboost and version_tuple(batch.runtime_version) >= (2,):
         yield error("dataproc.xgboost", f"XGBoost ships only with runtime 1.x, not {batch.runtime_version}",
                     "set dataproc.runtime_version: '1.1', or install XGBoost with the job")
     for key in TIER_PROPERTIES:
@@ -135,7 +132,7 @@ def batch_properties(batch: DataprocConfig) -> dict[str, str]:
     if split:
         properties["spark.executor.memory"] = f"{split.memory_mb}m"
         properties["spark.executor.memoryOverhead"] = f"{split.overhead_mb}m"
-    if _runtime_tuple(batch.runtime_version) < (2, 2):
+    if version_tuple(batch.runtime_version) < (2, 2):
         properties.update(dict.fromkeys(LANG_PROPERTIES, "C.UTF-8"))
     if batch.shuffle_manager:
         properties["spark.shuffle.manager"] = batch.shuffle_manager

@@ -37,3 +37,18 @@ def test_on_kill_stops_the_pipeline_process(local_config, emulators):
             assert not process_alive(pid)
         finally:
             cleanup(local_config, names, platform, None)
+
+
+def test_setup_is_idempotent_a_rerun_with_the_same_names_succeeds(local_config, emulators):
+    from gpuflow.steps.resources import list_run_resources
+
+    names = resource_names(local_config, "gf-twice")
+    platform = LocalPlatform(local_config)
+    with platform.environment():
+        try:
+            first = create_resources(local_config, names, platform.conn_id)
+            second = create_resources(local_config, names, platform.conn_id)
+            assert first["bucket_created"] is True and second["bucket_created"] is False
+            assert sorted(list_run_resources(local_config, names, platform.conn_id)["topics"]) == sorted(names.topics)
+        finally:
+            cleanup(local_config, names, platform, None)

@@ -13,6 +13,11 @@ import yaml
 CATALOG_DIR = Path(__file__).resolve().parent
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'2.50.0' -> (2, 50, 0), for comparing Beam releases and Dataproc runtimes."""
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
     return yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())

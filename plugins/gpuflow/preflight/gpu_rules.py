@@ -15,10 +15,6 @@ from gpuflow.preflight.findings import Finding, error, warning
 SINGLE_PROCESS_SHARE = 0.5
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
-
-
 def gpu_type_known(config: GpuflowConfig) -> Iterator[Finding]:
     if catalog.gpu_type(config.gpu.type) is None:
         yield error("gpu.type", f"{config.gpu.type!r} is not a Dataflow GPU type",
@@ -84,11 +80,11 @@ def beam_version_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
     gpu = catalog.gpu_type(config.gpu.type)
     if gpu is None or gpu.min_beam is None:
         return
-    beam = _version_tuple(config.beam_version)
-    if beam < _version_tuple(gpu.min_beam):
+    beam = catalog.version_tuple(config.beam_version)
+    if beam < catalog.version_tuple(gpu.min_beam):
         yield error("beam_version", f"{gpu.name} needs Beam >= {gpu.min_beam}, got {config.beam_version}",
                     f"set beam_version to {gpu.recommended_beam or gpu.min_beam} or later")
-    elif gpu.recommended_beam and beam < _version_tuple(gpu.recommended_beam):
+    elif gpu.recommended_beam and beam < catalog.version_tuple(gpu.recommended_beam):
         yield warning("beam_version", f"{gpu.name} works from Beam {gpu.min_beam} but is recommended from "
                       f"{gpu.recommended_beam}; got {config.beam_version}",
                       f"set beam_version to {gpu.recommended_beam} or later")
@@ -111,7 +107,7 @@ def container_cuda_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
             f"{recipe.name} builds torch for CUDA {recipe.cuda_major}",
             f"use a CUDA {gpu.min_cuda} recipe such as l4 or beam_sdk_cuda",
         )
-    if recipe.min_beam and _version_tuple(config.beam_version) < _version_tuple(recipe.min_beam):
+    if recipe.min_beam and catalog.version_tuple(config.beam_version) < catalog.version_tuple(recipe.min_beam):
         yield error("container.recipe", f"recipe {recipe.name} needs Beam >= {recipe.min_beam}",
                     f"set beam_version to {recipe.min_beam} or later, or use another recipe")
 
