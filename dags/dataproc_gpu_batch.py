@@ -18,7 +18,7 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params=dag_params(dataproc=True),
+    params=dag_params("dataproc_gpu_batch"),
     tags=["gpuflow", "dataproc", "spark", "gpu"],
     doc_md=__doc__,
 ) as dag:

@@ -18,7 +18,7 @@ with DAG(
     schedule="@daily",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params=dag_params(),
+    params=dag_params("gpu_quota_report"),
     tags=["gpuflow", "gpu", "quota"],
     doc_md=__doc__,
 ) as dag:

@@ -30,7 +30,7 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    params=dag_params(),
+    params=dag_params("llm_streaming_inference"),
     tags=["gpuflow", "llm", "dataflow", "gpu"],
     doc_md=__doc__,
     default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=15)},

@@ -21,22 +21,37 @@ log = logging.getLogger(__name__)
 PARAMS_SCHEMA_FILE = Path(__file__).with_name("params_schema.json")
 
 
-#: Params every DAG shows; the rest are per DAG (the Dataproc batch's, or the inference workflow's).
+#: Params every DAG shows; each DAG adds the sections it uses.
 _COMMON_PARAMS = ("profile", "project", "region", "bucket", "gcp_conn_id")
+#: The sections (Param key prefixes) of each DAG; None: every field except the Dataproc batch's.
+DAG_SECTIONS: dict[str, tuple[str, ...] | None] = {
+    "llm_streaming_inference": None,
+    "gpu_quota_report": ("gpu__", "worker__max_num_workers"),
+    "dataproc_gpu_batch": ("dataproc__",),
+}
 
 
-def dag_params(dataproc: bool = False) -> dict[str, Param]:
-    """One Param per configuration field the DAG uses, all empty by default (empty: the config file's value)."""
+def dag_params(dag_id: str) -> dict[str, Param]:
+    """One Param per configuration field the DAG uses, all empty by default (empty: the config file's value).
+
+    Fewer Params parse faster: Airflow copies them into every task, and validates them for scheduled DAGs.
+    """
+    sections = DAG_SECTIONS[dag_id]
+    default_file = "configs/dataproc.example.yaml" if dag_id == "dataproc_gpu_batch" else "configs/local.yaml"
     params = {
         "config_file": Param(
-            "configs/dataproc.example.yaml" if dataproc else "configs/local.yaml",
+            default_file,
             type="string",
             title="config_file",
             description="YAML configuration, relative to the project root or absolute. The fields below override it.",
         )
     }
     for key, schema in json.loads(PARAMS_SCHEMA_FILE.read_text()).items():
-        if key.startswith("dataproc__") == dataproc or (dataproc and key in _COMMON_PARAMS):
+        if sections is None:
+            wanted = not key.startswith("dataproc__")
+        else:
+            wanted = key in _COMMON_PARAMS or key.startswith(sections)
+        if wanted:
             params[key] = Param(None, **schema)
     return params
 
