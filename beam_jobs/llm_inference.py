@@ -49,12 +49,12 @@ def prompt_token_length(element: PromptElement) -> int:
 # Model files
 
 
-def _gcs_blobs(uri_prefix: str):
-    """Blobs under a gs:// prefix. The storage client honours STORAGE_EMULATOR_HOST for local runs."""
+def _gcs_bucket_and_name(uri: str):
+    """(bucket, object name) of a gs:// URI. The storage client honours STORAGE_EMULATOR_HOST for local runs."""
     from google.cloud import storage
 
-    bucket_name, _, prefix = uri_prefix.removeprefix("gs://").partition("/")
-    return storage.Client().list_blobs(bucket_name, prefix=prefix)
+    bucket_name, _, name = uri.removeprefix("gs://").partition("/")
+    return storage.Client().bucket(bucket_name), name
 
 
 def materialize_model_dir(model_name: str) -> str:
@@ -62,10 +62,9 @@ def materialize_model_dir(model_name: str) -> str:
     if not model_name.startswith("gs://"):
         return model_name
     local_dir = tempfile.mkdtemp(prefix="gpuflow-model-")
-    for blob in _gcs_blobs(model_name.rstrip("/") + "/"):
+    bucket, prefix = _gcs_bucket_and_name(model_name.rstrip("/") + "/")
+    for blob in bucket.list_blobs(prefix=prefix, delimiter="/"):  # the directory's own files, not subfolders
         name = blob.name.rsplit("/", 1)[-1]
-        if "/" in blob.name.removeprefix(model_name.removeprefix("gs://").partition("/")[2].rstrip("/") + "/"):
-            continue  # only the directory's own files
         if name.endswith(_MODEL_DIR_SUFFIXES):  # weights are read from --state-dict-path, not copied twice
             blob.download_to_filename(os.path.join(local_dir, name))
     return local_dir
@@ -82,9 +81,9 @@ def _open_state_dict(path: str, device: str):
 
     if path.startswith("gs://"):
         # Download to local disk first so the tensors can be memory-mapped from there.
-        (blob,) = [blob for blob in _gcs_blobs(path) if blob.name == path.removeprefix("gs://").partition("/")[2]]
+        bucket, name = _gcs_bucket_and_name(path)
         local_copy = os.path.join(tempfile.mkdtemp(prefix="gpuflow-weights-"), "state_dict.pth")
-        blob.download_to_filename(local_copy)
+        bucket.blob(name).download_to_filename(local_copy)
         path = local_copy
     # mmap: tensors are paged in from the file instead of being read into fresh buffers first.
     return torch.load(path, map_location=device, weights_only=True, mmap=True)
