@@ -14,6 +14,7 @@ Self-contained on purpose: the Vertex job runs this file alone.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -23,6 +24,8 @@ from collections.abc import Sequence
 log = logging.getLogger("gpuflow.download_model")
 
 VERTEX_CONTAINER = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
+#: Written beside the weights once everything is there: {"model_name", "dtype", "state_dict_bytes"}.
+EXPORT_MARKER = "gpuflow_export.json"
 
 
 def _open_for_write(path: str):
@@ -62,7 +65,7 @@ class _CountingWriter:
             flush()
 
 
-def run_local(model_name: str, state_dict_path: str) -> int:
+def run_local(model_name: str, state_dict_path: str, record_as: str | None = None) -> int:
     """Load in bf16 (no fp32 copy), stream the state_dict to its target; returns bytes written."""
     import torch
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
@@ -84,6 +87,11 @@ def run_local(model_name: str, state_dict_path: str) -> int:
         target_dir = state_dict_path.rsplit("/", 1)[0] if "/" in state_dict_path else "."
         _copy_dir_files(staging, target_dir)
     log.info("wrote config and tokenizer to %s", target_dir)
+    # Written last: its presence means the export is whole, so a later run can skip it.
+    marker = {"model_name": record_as or model_name, "dtype": "bfloat16", "state_dict_bytes": counter.written}
+    with _open_for_write(f"{target_dir}/{EXPORT_MARKER}") as writer:
+        writer.write(json.dumps(marker).encode())
+    log.info("export complete: %s", marker)
     return counter.written
 
 
@@ -130,6 +138,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     for sub in (local, vertex):
         sub.add_argument("--model-name", "--model_name", dest="model_name", required=True)
         sub.add_argument("--state-dict-path", "--state_dict_path", dest="state_dict_path", required=True)
+    local.add_argument("--record-as", help="the model name the export marker records (default: --model-name)")
     vertex.add_argument("--job-name", required=True)
     vertex.add_argument("--project", required=True)
     vertex.add_argument("--bucket", required=True)
@@ -142,7 +151,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_arg_parser().parse_args(argv)
     if args.mode == "local":
-        run_local(args.model_name, args.state_dict_path)
+        run_local(args.model_name, args.state_dict_path, args.record_as)
     else:
         run_vertex_job(
             args.model_name, args.state_dict_path, args.job_name, args.project, args.bucket,

@@ -1,6 +1,6 @@
 """llm_streaming_inference: from model weights to a streaming RunInference pipeline that answers prompts.
 
-preflight -> setup -> export_model -> build_container -> verify_gpu -> launch -> smoke_test -> cleanup
+preflight -> check_quota -> setup -> export_model -> build_container -> verify_gpu -> launch -> smoke_test -> cleanup
 
 setup and launch are Airflow setup tasks and cleanup is their teardown: once anything was created,
 cleanup runs even when a later task fails, and the run still ends failed.
@@ -17,6 +17,7 @@ from gpuflow.operators import (
     ExportModelOperator,
     LaunchPipelineOperator,
     PreflightOperator,
+    QuotaCheckOperator,
     SetupResourcesOperator,
     SmokeTestOperator,
     VerifyGpuOperator,
@@ -38,13 +39,14 @@ with DAG(
     preflight = PreflightOperator(task_id="preflight", retries=0)
     config = preflight.output
 
+    check_quota = QuotaCheckOperator(task_id="check_quota", config_json=config)
     setup = SetupResourcesOperator(task_id="setup", config_json=config)
     export_model = ExportModelOperator(task_id="export_model", config_json=config)
     build_container = BuildContainerOperator(task_id="build_container", config_json=config)
     verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output)
-    launch = LaunchPipelineOperator(task_id="launch", config_json=config, retries=0)
+    launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=build_container.output, retries=0)
     smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config)
     cleanup = CleanupOperator(task_id="cleanup", config_json=config, launch_task_id="launch")
 
-    preflight >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test >> cleanup
+    preflight >> check_quota >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test >> cleanup
     cleanup.as_teardown(setups=[setup, launch])

@@ -114,3 +114,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def gcp_env(emulators, monkeypatch):
+    """The gcp profile's hooks on the emulators: an anonymous google_cloud_default, no metadata-server probes."""
+    from tests.gcp_fakes import gcp_test_environment
+    from tests.helpers import GCP_TEST_PROJECT
+
+    env = gcp_test_environment(emulators, GCP_TEST_PROJECT, "google_cloud_default")
+    for key in ("NO_GCE_CHECK", "GOOGLE_CLOUD_PROJECT", "PUBSUB_PROJECT_ID", "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"):
+        monkeypatch.setenv(key, env[key])
+    return env

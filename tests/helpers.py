@@ -26,3 +26,7 @@ def mixed_length_prompts(tokenizer, count: int, max_tokens: int = 300, seed: int
         prompts.append(" ".join(words) if words else rng.choice(_WORDS))
     rng.shuffle(prompts)
     return prompts
+
+
+#: The project id the gcp-profile tests use on the emulators.
+GCP_TEST_PROJECT = "gpuflow-gcp-test"

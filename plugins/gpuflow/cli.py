@@ -141,6 +141,44 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
     return 0
 
 
+def launch_command_text(config, run_id: str) -> str:
+    """What the launch task runs for this configuration and run, as shell lines a person can run."""
+    import shlex
+    import tempfile
+
+    from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.steps.container import image_for, render_context
+    from gpuflow.steps.launch import pipeline_argv
+
+    names = resource_names(config, run_prefix("llm_streaming_inference", run_id))
+    argv = pipeline_argv(config, names)
+    if config.profile == "local":
+        from gpuflow.platform.local import LocalPlatform
+
+        return "# the streaming pipeline on the local runner (emulators from `gpuflow emulators env`):\n" + \
+            shlex.join(LocalPlatform(config).pipeline_command(argv)) + "\n"
+    from gpuflow.platform.gcp import job_name_for, staging_command, template_uri_for
+
+    with tempfile.TemporaryDirectory() as scratch:
+        image = image_for(config, render_context(config, names, Path(scratch)))
+    job_name = job_name_for(names, config, "llm-inference")
+    return "\n".join([
+        f"# run {run_id!r} of llm_streaming_inference (prefix {names.prefix}), image {image}",
+        "# 1. Beam's DataflowRunner writes the job request to GCS (drop --template_location to submit directly):",
+        shlex.join(staging_command(config, names, "llm_inference.py", argv, image, job_name, streaming=True)),
+        "# 2. start it (the launch task does this through the Dataflow Templates API):",
+        shlex.join(["gcloud", "dataflow", "jobs", "run", job_name, f"--gcs-location={template_uri_for(names, job_name)}",
+                    f"--region={config.region}", f"--project={config.project}"]),
+        "",
+    ])
+
+
+def cmd_launch_command(args: argparse.Namespace) -> int:
+    config = load_config(args.config, overrides=args.overrides)
+    print(launch_command_text(config, args.run_id), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuflow", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -178,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     reference = commands.add_parser("config-reference", help="print (or --write) docs/configuration.md")
     reference.add_argument("--write", action="store_true")
     reference.set_defaults(func=cmd_config_reference)
+
+    launch = commands.add_parser("launch-command", help="print the exact command line the launch task runs")
+    _add_config_args(launch)
+    launch.add_argument("--run-id", default="manual", help="the DAG run id the resource names derive from")
+    launch.set_defaults(func=cmd_launch_command)
 
     emulators = commands.add_parser("emulators", help="start the local profile's emulators")
     _add_config_args(emulators)

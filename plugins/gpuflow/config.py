@@ -84,8 +84,52 @@ class WorkerConfig(_Section):
 class ContainerConfig(_Section):
     recipe: str = Field("l4", description="Recipe in docker/ used to build the worker image.")
     image: str | None = Field(
-        None, description="Worker image URI. Empty: derived from the region, project and recipe."
+        None,
+        description=(
+            "Worker image URI. Empty: REGION-docker.pkg.dev/PROJECT/REPOSITORY/RECIPE:TAG, the tag derived "
+            "from the build context's content (gcp: built only when that tag is missing)."
+        ),
     )
+    repository: str = Field("gpuflow", description="gcp: the Artifact Registry Docker repository for the image.")
+    build_timeout_s: int = Field(3600, ge=60, le=86400, description="gcp: Cloud Build timeout for the image.")
+
+
+class ExportConfig(_Section):
+    """gcp: the Vertex AI custom job that writes the state_dict (the local profile exports in a subprocess)."""
+
+    machine_type: str | None = Field(
+        None, description="Vertex AI machine type. Empty: from the model size (e2-standard-4 up to e2-highmem-16)."
+    )
+    boot_disk_size_gb: int | None = Field(
+        None, ge=100, le=65536, description="Boot disk of the export job. Empty: 100 GB, 150 GB for flan-ul2."
+    )
+    container_image: str = Field(
+        "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
+        description="Vertex AI prebuilt PyTorch container the export script runs in.",
+    )
+    pip_packages: list[str] = Field(
+        default_factory=lambda: ["transformers>=4.40", "sentencepiece", "safetensors", "google-cloud-storage"],
+        description="Installed in the export container before download_model.py runs.",
+    )
+    timeout_s: float = Field(7200, gt=0, description="How long export_model waits for the Vertex AI job.")
+
+
+class DataflowConfig(_Section):
+    """gcp: how Dataflow jobs are launched, watched and stopped."""
+
+    service_account: str | None = Field(
+        None, description="Worker service account email. Empty: the Compute Engine default service account."
+    )
+    network: str | None = Field(None, description="VPC network of the workers. Empty: default.")
+    subnetwork: str | None = Field(None, description="Subnetwork URL of the workers, e.g. regions/R/subnetworks/S.")
+    start_timeout_s: float = Field(
+        1800, gt=0, description="How long launch and verify_gpu wait for GPU workers to start (minutes, typically)."
+    )
+    poll_interval_s: float = Field(15, gt=0, description="Seconds between job state checks.")
+    stop_action: Literal["cancel", "drain"] = Field(
+        "cancel", description="cleanup: cancel (stop now) or drain (finish in-flight prompts first) the job."
+    )
+    stop_timeout_s: float = Field(900, gt=0, description="cleanup: how long to wait for the job to stop.")
 
 
 class PubSubConfig(_Section):
@@ -206,6 +250,8 @@ class GpuflowConfig(_Section):
     gpu: GpuConfig = GpuConfig()
     worker: WorkerConfig = WorkerConfig()
     container: ContainerConfig = ContainerConfig()
+    export: ExportConfig = ExportConfig()
+    dataflow: DataflowConfig = DataflowConfig()
     pubsub: PubSubConfig = PubSubConfig()
     inference: InferenceConfig = InferenceConfig()
     smoke_test: SmokeTestConfig = SmokeTestConfig()

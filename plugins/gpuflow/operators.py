@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import BaseOperator, Param
+from airflow.sdk import BaseOperator, BaseOperatorLink, Param
 from airflow.sdk.exceptions import AirflowFailException
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,39 @@ def names_for(context: Any, config):
     from gpuflow.naming import resource_names, run_prefix
 
     return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
+
+
+class _XComUrlLink(BaseOperatorLink):
+    """A console link the task pushed to XCom (a URL, or a job handle with its ``url``)."""
+
+    name = ""
+    source_key = ""
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        from airflow.sdk.bases.xcom import BaseXCom as XCom
+
+        value = XCom.get_value(ti_key=ti_key, key=self.source_key)
+        if isinstance(value, dict):
+            value = value.get("url")
+        return value if isinstance(value, str) and value.startswith("https://") else ""
+
+
+class DataflowJobLink(_XComUrlLink):
+    name = "Dataflow job"
+    source_key = "job_handle"
+
+
+class VertexAIJobLink(_XComUrlLink):
+    name = "Vertex AI job"
+    source_key = "vertex_job_url"
+
+
+class CloudBuildLink(_XComUrlLink):
+    name = "Cloud Build"
+    source_key = "cloud_build_url"
+
+
+CONSOLE = "https://console.cloud.google.com"
 
 
 class GpuflowStepOperator(BaseOperator):
@@ -154,32 +187,91 @@ class SetupResourcesOperator(GpuflowStepOperator):
         return create_resources(config, names, platform.conn_id)
 
 
+class QuotaCheckOperator(GpuflowStepOperator):
+    """gcp: fail before anything is created when the regional GPU quota cannot cover the workers."""
+
+    ui_color = "#fff3cd"
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.quota import QuotaTooLow, check_quota
+
+        try:
+            return check_quota(config, platform)
+        except QuotaTooLow as error:
+            raise AirflowFailException(str(error)) from None  # quota does not grow on retry
+
+
 class ExportModelOperator(GpuflowStepOperator):
+    """Exports the bf16 state_dict (Vertex AI on gcp); ``on_kill`` cancels the Vertex AI job."""
+
+    operator_extra_links = (VertexAIJobLink(),)
+    _platform = None
+    _remote_job = None
+
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.export import export_model
 
-        return export_model(config, names, platform)
+        self._platform = platform
+
+        def remember(job_name: str) -> None:
+            self._remote_job = job_name
+            _, _, location, _, job_id = job_name.split("/")[1:6]
+            url = f"{CONSOLE}/vertex-ai/locations/{location}/training/{job_id}/cpu?project={config.project}"
+            context["ti"].xcom_push(key=VertexAIJobLink.source_key, value=url)
+
+        return export_model(config, names, platform, on_job=remember)
+
+    def on_kill(self) -> None:
+        if self._platform is not None and self._remote_job:
+            log.info("task killed: cancelling %s", self._remote_job)
+            self._platform.cancel_export(self._remote_job)
 
 
 class BuildContainerOperator(GpuflowStepOperator):
+    """Renders and builds the worker image (Cloud Build on gcp); ``on_kill`` cancels the build."""
+
+    operator_extra_links = (CloudBuildLink(),)
+    _platform = None
+    _build_id = None
+
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.container import build_container
 
-        return build_container(config, names, platform)
+        self._platform = platform
+
+        def remember(build_id: str) -> None:
+            self._build_id = build_id
+            url = f"{CONSOLE}/cloud-build/builds;region={config.region}/{build_id}?project={config.project}"
+            context["ti"].xcom_push(key=CloudBuildLink.source_key, value=url)
+
+        return build_container(config, names, platform, on_build=remember)
+
+    def on_kill(self) -> None:
+        if self._platform is not None and self._build_id:
+            log.info("task killed: cancelling build %s", self._build_id)
+            self._platform.cancel_build(self._build_id)
+
+
+def _image_of(build_result: Any) -> str:
+    """build_container's result (through XCom) or an image URI."""
+    return (build_result.get("image") if isinstance(build_result, dict) else build_result) or ""
 
 
 class VerifyGpuOperator(GpuflowStepOperator):
     def run_step(self, config, names, platform, context):
-        from gpuflow.steps.gpu import verify_gpu
+        from gpuflow.steps.gpu import NoGpuOnWorkers, verify_gpu
 
-        image = self.image["image"] if isinstance(self.image, dict) else self.image
-        return verify_gpu(config, names, platform, image or "")
+        try:
+            return verify_gpu(config, names, platform, _image_of(self.image))
+        except NoGpuOnWorkers as error:
+            raise AirflowFailException(str(error)) from None
 
 
 class LaunchPipelineOperator(GpuflowStepOperator):
     """Starts the streaming pipeline; pushes its job handle at once; ``on_kill`` stops it."""
 
     ui_color = "#d4edda"
+    operator_extra_links = (DataflowJobLink(),)
     _platform = None
     _handle = None
 
@@ -190,9 +282,9 @@ class LaunchPipelineOperator(GpuflowStepOperator):
 
         def remember(handle) -> None:
             self._handle = handle
-            context["ti"].xcom_push(key="job_handle", value=handle.to_xcom())
+            context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
 
-        return launch(config, names, platform, on_handle=remember).to_xcom()
+        return launch(config, names, platform, _image_of(self.image), on_handle=remember).to_xcom()
 
     def on_kill(self) -> None:
         if self._platform is not None and self._handle is not None:

@@ -2,7 +2,7 @@
 
 from airflow.utils.state import DagRunState
 
-from tests.unit.test_quota import FakeRegionsClient
+from tests.gcp_fakes import FakeRegionsClient
 
 
 def quota_dag():

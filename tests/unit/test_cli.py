@@ -56,3 +56,39 @@ def test_dataproc_example_passes_and_six_l4_cores_fail():
     result = run_cli("preflight", "--config", "configs/dataproc.example.yaml", "--set", "dataproc.executor_cores=6")
     assert result.returncode == 1
     assert "dataproc.executor_cores" in result.stdout and "4 (the default), 8, 12 or 16" in result.stdout
+
+
+def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch):
+    import shlex
+
+    from gpuflow.config import load_config
+    from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.platform import gcp as gcp_platform
+    from gpuflow.steps.launch import pipeline_argv
+    from tests.gcp_fakes import FakeGoogleCloud
+
+    overrides = ["project=acme-ml-prod", "gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-standard-8",
+                 "model.dtype=float32"]
+    assert main(["launch-command", "--config", "configs/gcp.example.yaml", "--run-id", "manual__1",
+                 *(item for o in overrides for item in ("--set", o))]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    staging, start = (shlex.split(line) for line in printed)
+    assert "--dataflow_service_options=worker_accelerator=type:nvidia-tesla-t4;count:1;install-nvidia-driver" in staging
+    assert "--machine_type=n1-standard-8" in staging and "--experiments=use_runner_v2" in staging
+    assert start[:4] == ["gcloud", "dataflow", "jobs", "run"]
+
+    # The launch task, for the same configuration, run and image, stages with the very same command.
+    config = load_config("configs/gcp.example.yaml", overrides=overrides)
+    names = resource_names(config, run_prefix("llm_streaming_inference", "manual__1"))
+    image = next(a.split("=", 1)[1] for a in staging if a.startswith("--sdk_container_image="))
+    ran = []
+
+    def record(command, env, what, timeout_s=1800):
+        ran.append(command)
+        raise RuntimeError("stop here: nothing is staged in a unit test")
+
+    monkeypatch.setattr("gpuflow.platform.local.run_logged", record)
+    platform = gcp_platform.GcpPlatform(config, clients=FakeGoogleCloud())
+    with pytest.raises(RuntimeError, match="stop here"):
+        platform.launch_pipeline(pipeline_argv(config, names), names, image)
+    assert ran == [staging]

@@ -16,7 +16,7 @@ def test_dagbag_loads_without_import_errors():
     assert bag.import_errors == {}
     dag = bag.dags["llm_streaming_inference"]
     assert [t.task_id for t in dag.topological_sort()] == [
-        "preflight", "setup", "export_model", "build_container", "verify_gpu", "launch", "smoke_test", "cleanup",
+        "preflight", "check_quota", "setup", "export_model", "build_container", "verify_gpu", "launch", "smoke_test", "cleanup",
     ]
     assert dag.get_task("cleanup").is_teardown
     assert dag.get_task("setup").is_setup and dag.get_task("launch").is_setup

@@ -43,7 +43,7 @@ CASES = [
     (["model.name=google/flan-ul2"], "model_memory_fits", "gpu.type", "error", "nvidia-a100-80gb"),
     (["model.name=google/flan-t5-xxl", "gpu.type=nvidia-tesla-a100", "gpu.machine_type=a2-highgpu-1g"],
      "model_memory_fits",
-     "dataflow_service_options", "warning", "no_use_multiple_sdk_containers"),
+     "gpu.type", "info", "no_use_multiple_sdk_containers"),
     (["model.name=google/flan-t5-xl", "gpu.machine_type=g2-standard-8"], "model_memory_fits",
      "gpu.machine_type", "warning", "MPS"),
     (["model.name=org/unknown-model"], "model_memory_fits", "model.parameters_m", "warning", "model.parameters_m"),
@@ -69,8 +69,9 @@ def test_rule_fires_with_field_and_fix_and_only_because_of_that_rule(overrides, 
     assert not [f for f in findings(*overrides) if f.field == field and f.level == level and fix_words in f.fix]
 
 
-def test_gcp_example_config_passes_preflight():
-    assert [f for f in findings(config_file="configs/gcp.example.yaml") if f.level == "error"] == []
+def test_gcp_example_config_passes_preflight_once_its_project_is_set():
+    found = findings("project=acme-ml-prod", config_file="configs/gcp.example.yaml")
+    assert [f for f in found if f.level == "error"] == []
 
 
 def test_n1_custom_types_with_extended_memory_are_understood():

@@ -18,7 +18,7 @@ class RecordingPlatform:
     def __init__(self, config, failures):
         self.config, self.failures, self.launched, self.stopped = config, failures, [], []
 
-    def launch_pipeline(self, argv, names):
+    def launch_pipeline(self, argv, names, image):
         self.launched.append(self.config.region)
         return JobHandle(kind="dataflow", id=f"job-{len(self.launched)}", name=names.job_name, location=self.config.region)
 

@@ -63,9 +63,17 @@ def test_every_rule_is_registered_once():
     assert len(CONFIG_RULES) == len(set(CONFIG_RULES))
 
 
-def test_gcp_profile_is_refused_by_the_environment_rules_before_anything_is_created():
-    from gpuflow.preflight.rules import profile_available
+def test_gcp_profile_needs_a_real_project_and_a_readable_connection(monkeypatch):
+    from gpuflow.preflight.rules import gcp_connection_defined, gcp_project_is_real
 
-    found = list(profile_available(load_config(None, overrides=["profile=gcp"])))
-    assert [(f.field, f.level) for f in found] == [("profile", "error")]
-    assert "profile: local" in found[0].fix
+    placeholder = load_config("configs/gcp.example.yaml")
+    found = list(gcp_project_is_real(placeholder))
+    assert [(f.field, f.level) for f in found] == [("project", "error")]
+    assert not list(gcp_project_is_real(load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod"])))
+
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_CONN", raising=False)
+    missing = list(gcp_connection_defined(load_config(None, overrides=["profile=gcp", "gcp_conn_id=no_such_conn"])))
+    assert [(f.field, f.level) for f in missing] == [("gcp_conn_id", "error")]
+    assert "airflow connections add no_such_conn" in missing[0].fix
+    monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_CONN", '{"conn_type": "google_cloud_platform"}')
+    assert not list(gcp_connection_defined(load_config(None, overrides=["profile=gcp", "gcp_conn_id=no_such_conn"])))

@@ -1,24 +1,10 @@
 """Regional GPU quota, read through a Compute Engine client faked at its boundary with the real compute_v1 types."""
 
 import pytest
-from google.cloud import compute_v1
 
 from gpuflow.config import load_config
 from gpuflow.quota import format_quota, local_gpu_report, quota_regions, regional_gpu_quota
-
-
-class FakeRegionsClient:
-    """Answers RegionsClient.get like the Compute API does; records each request."""
-
-    def __init__(self, quotas_by_region):
-        self.quotas_by_region = quotas_by_region
-        self.requests = []
-
-    def get(self, request):
-        assert isinstance(request, compute_v1.GetRegionRequest)
-        self.requests.append(request)
-        quotas = [compute_v1.Quota(metric=m, limit=lim, usage=use) for m, lim, use in self.quotas_by_region[request.region]]
-        return compute_v1.Region(name=request.region, quotas=quotas)
+from tests.gcp_fakes import FakeRegionsClient
 
 
 def config(*overrides):

@@ -5,11 +5,7 @@ from __future__ import annotations
 from gpuflow.config import GpuflowConfig
 from gpuflow.platform.base import ImageBuildResult, JobHandle, Platform
 
-__all__ = ["ImageBuildResult", "JobHandle", "Platform", "GcpProfileNotAvailable", "get_platform"]
-
-
-class GcpProfileNotAvailable(NotImplementedError):
-    """The gcp profile's tasks are not built yet; preflight reports this before anything is created."""
+__all__ = ["ImageBuildResult", "JobHandle", "Platform", "get_platform"]
 
 
 def get_platform(config: GpuflowConfig) -> Platform:
@@ -17,7 +13,6 @@ def get_platform(config: GpuflowConfig) -> Platform:
         from gpuflow.platform.local import LocalPlatform
 
         return LocalPlatform(config)
-    raise GcpProfileNotAvailable(
-        "The gcp profile's tasks (Vertex AI export, Cloud Build, Dataflow launch) are not implemented in this "
-        "version of gpuflow. Fix: set profile: local."
-    )
+    from gpuflow.platform.gcp import GcpPlatform
+
+    return GcpPlatform(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -19,6 +20,7 @@ class JobHandle(BaseModel):
     id: str
     name: str
     location: str
+    url: str | None = None  # the console page of the job, for the operator's extra link
 
     def to_xcom(self) -> dict[str, Any]:
         return self.model_dump()
@@ -40,16 +42,19 @@ class Platform(Protocol):
     def environment(self) -> contextlib.AbstractContextManager[Any]:
         """What must be set in this process while hooks and subprocesses run."""
 
-    def export_model(self, model_name: str, names: ResourceNames) -> str:
-        """Write the model's bf16 state_dict (and config, tokenizer) under ``names``; return its URI."""
+    def export_model(self, model_name: str, names: ResourceNames, on_job: Callable[[str], None] | None = None) -> str:
+        """Write the model's bf16 state_dict (and config, tokenizer) under ``names``; return its URI.
 
-    def build_image(self, context_dir: Path, image: str) -> ImageBuildResult:
+        ``on_job`` hears the id of a remote export job as soon as it exists (for on_kill and links)."""
+
+    def build_image(self, context_dir: Path, image: str, names: ResourceNames,
+                    on_build: Callable[[str], None] | None = None) -> ImageBuildResult:
         """Build the worker container from a rendered context, or say plainly why it was not built."""
 
     def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
         """Run beam_jobs/gpu_check.py where the workers run; return its report."""
 
-    def launch_pipeline(self, argv: list[str], names: ResourceNames) -> JobHandle:
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str) -> JobHandle:
         """Start the streaming pipeline; return as soon as its handle exists."""
 
     def wait_until_running(self, handle: JobHandle) -> None:

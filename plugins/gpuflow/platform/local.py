@@ -82,11 +82,11 @@ class LocalPlatform:
             staging.rename(directory)
         return directory
 
-    def export_model(self, model_name: str, names: ResourceNames) -> str:
+    def export_model(self, model_name: str, names: ResourceNames, on_job=None) -> str:
         source = str(self.demo_model_dir()) if model_name == DEMO_MODEL_NAME else model_name
         run_logged(
             [sys.executable, self._script("download_model.py"), "local", "--model-name", source,
-             "--state-dict-path", names.state_dict_uri],
+             "--state-dict-path", names.state_dict_uri, "--record-as", model_name],
             self.subprocess_env(),
             "export (download_model.py local)",
         )
@@ -106,7 +106,7 @@ class LocalPlatform:
             return False, (probe.stderr or probe.stdout).strip().splitlines()[-1] if (probe.stderr or probe.stdout) else "docker info failed"
         return True, f"Docker engine {probe.stdout.strip()}"
 
-    def build_image(self, context_dir: Path, image: str) -> ImageBuildResult:
+    def build_image(self, context_dir: Path, image: str, names: ResourceNames, on_build=None) -> ImageBuildResult:
         answers, detail = self.docker_engine_answers()
         if not answers:
             return ImageBuildResult(
@@ -140,11 +140,15 @@ class LocalPlatform:
         prefix = names_or_prefix if isinstance(names_or_prefix, str) else names_or_prefix.prefix
         return self.state_dir / f"{prefix}.pid"
 
-    def launch_pipeline(self, argv: list[str], names: ResourceNames) -> JobHandle:
+    def pipeline_command(self, argv: list[str]) -> list[str]:
+        """The streaming pipeline on the local runner (the command `gpuflow launch-command` prints)."""
+        return [sys.executable, self._script("llm_inference.py"), *argv,
+                f"--runner={self.config.local.runner}", "--streaming", f"--project={self.config.project}"]
+
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "") -> JobHandle:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.state_dir / f"{names.prefix}-pipeline.log"
-        command = [sys.executable, self._script("llm_inference.py"), *argv,
-                   f"--runner={self.config.local.runner}", "--streaming", f"--project={self.config.project}"]
+        command = self.pipeline_command(argv)
         log.info("starting the streaming pipeline: %s", " ".join(command))
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(

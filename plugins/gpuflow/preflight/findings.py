@@ -23,6 +23,11 @@ def warning(field: str, problem: str, fix: str) -> Finding:
     return Finding(level="warning", field=field, problem=problem, fix=fix)
 
 
+def info(field: str, problem: str, fix: str) -> Finding:
+    """Not a problem: what gpuflow decided, and why (the ``fix`` says what it does)."""
+    return Finding(level="info", field=field, problem=problem, fix=fix)
+
+
 class PreflightFailed(RuntimeError):
     def __init__(self, findings: list[Finding]):
         self.findings = findings

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
-from gpuflow.preflight.findings import Finding, error, warning
+from gpuflow.preflight.findings import Finding, error, info, warning
 
 #: Share of a GPU's memory above which one model copy per process is the only copy that fits.
 SINGLE_PROCESS_SHARE = 0.5
@@ -139,27 +139,42 @@ def _model_parameters_m(config: GpuflowConfig) -> float | None:
     return size.parameters_m if size else None
 
 
+def _model_memory_gb(config: GpuflowConfig) -> float | None:
+    """Weights plus runtime overhead in the inference dtype; None when the model's size is unknown."""
+    parameters_m = _model_parameters_m(config)
+    if parameters_m is None:
+        return None
+    return parameters_m * 1e6 * catalog.bytes_per_parameter(_effective_dtype(config)) * catalog.runtime_overhead() / 1e9
+
+
+def model_gpu_share(config: GpuflowConfig) -> float | None:
+    """The share of one GPU's memory a model copy takes; None when the model or GPU is unknown."""
+    gpu = catalog.gpu_type(config.gpu.type)
+    needed_gb = _model_memory_gb(config)
+    return None if gpu is None or needed_gb is None else needed_gb / gpu.memory_gb
+
+
 def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
     gpu = catalog.gpu_type(config.gpu.type)
     machine = catalog.machine_spec(config.gpu.machine_type)
     parameters_m = _model_parameters_m(config)
-    if parameters_m is None:
+    needed_gb = _model_memory_gb(config)
+    share = model_gpu_share(config)
+    if parameters_m is None or needed_gb is None:
         yield warning("model.parameters_m", f"the catalog does not know the size of {config.model.name}",
                       "set model.parameters_m so preflight can check GPU and worker memory")
         return
-    if gpu is None:
+    if gpu is None or share is None:
         return
     dtype = _effective_dtype(config)
-    needed_gb = parameters_m * 1e6 * catalog.bytes_per_parameter(dtype) * catalog.runtime_overhead() / 1e9
-    share = needed_gb / gpu.memory_gb
     numbers = f"{parameters_m:g}M parameters in {dtype} need about {needed_gb:.1f} GB; one {gpu.name} has {gpu.memory_gb} GB"
     if share > 1:
         yield error("gpu.type", f"the model does not fit: {numbers}",
                     "use a GPU with more memory (nvidia-a100-80gb), bfloat16, or a smaller model")
-    elif share > SINGLE_PROCESS_SHARE and "no_use_multiple_sdk_containers" not in config.dataflow_service_options:
-        yield warning("dataflow_service_options", f"one model copy takes {share:.0%} of the GPU: {numbers}; with one "
-                      "SDK process per vCPU each would load its own copy and run out of GPU memory",
-                      "run the launch with --experiments=no_use_multiple_sdk_containers (one process per worker)")
+    elif share > SINGLE_PROCESS_SHARE:
+        yield info("gpu.type", f"one model copy takes {share:.0%} of the GPU: {numbers}; with one SDK process per "
+                   "vCPU each would load its own copy and run out of GPU memory",
+                   "gpuflow launches with --experiments=no_use_multiple_sdk_containers (one process per worker)")
     elif machine is not None and machine.vcpus > 1 and share * machine.vcpus > 1:
         yield warning("gpu.machine_type", f"{machine.vcpus} SDK processes would share the GPU, one model copy each "
                       f"({numbers})", "enable NVIDIA MPS (use_nvidia_mps) or use no_use_multiple_sdk_containers")

@@ -17,13 +17,20 @@ Rule = Callable[[GpuflowConfig], Iterator[Finding]]
 # -- configuration rules -------------------------------------------------------------------------
 
 
-def profile_available(config: GpuflowConfig) -> Iterator[Finding]:
-    if config.profile == "gcp":
-        yield error(
-            "profile",
-            "the gcp profile's tasks (Vertex AI export, Cloud Build, Dataflow launch) are not implemented yet",
-            "set profile: local to run on the emulators",
-        )
+#: Project ids that are gpuflow's own placeholders, never a real project.
+PLACEHOLDER_PROJECTS = {"gpuflow-local", "my-gcp-project"}
+
+
+def gcp_project_is_real(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.profile == "gcp" and config.project in PLACEHOLDER_PROJECTS:
+        yield error("project", f"{config.project!r} is gpuflow's placeholder, not your Google Cloud project",
+                    "set project to your project id (gcloud config get-value project)")
+
+
+def gcp_runs_on_gpu(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.profile == "gcp" and not config.require_gpu:
+        yield warning("require_gpu", "on Google Cloud a worker without a working GPU would still run (on CPU) and "
+                      "bill for the GPU it cannot use", "set require_gpu: true")
 
 
 def batch_sizes_ordered(config: GpuflowConfig) -> Iterator[Finding]:
@@ -57,6 +64,9 @@ def gpu_worker_disk(config: GpuflowConfig) -> Iterator[Finding]:
 
 def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
     name = config.model.name
+    if name == DEMO_MODEL_NAME and config.profile == "gcp":
+        yield error("model.name", f"'{DEMO_MODEL_NAME}' is built on the local machine; the gcp profile exports a "
+                    "model in a Vertex AI job", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")
     if name == DEMO_MODEL_NAME or name.startswith("gs://"):
         return
     looks_like_path = name.startswith(("/", ".", "~"))
@@ -81,6 +91,8 @@ def dataproc_batch_rules(config: GpuflowConfig) -> Iterator[Finding]:
 
 
 CONFIG_RULES: list[Rule] = [
+    gcp_project_is_real,
+    gcp_runs_on_gpu,
     batch_sizes_ordered,
     streaming_batches_across_bundles,
     gpu_worker_disk,
@@ -117,6 +129,20 @@ def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Find
         )
 
 
+def gcp_connection_defined(config: GpuflowConfig) -> Iterator[Finding]:
+    """The gcp profile's hooks read this Airflow connection; a missing one would fail after setup began."""
+    if config.profile != "gcp":
+        return
+    try:
+        from airflow.sdk import BaseHook
+
+        BaseHook.get_connection(config.gcp_conn_id)
+    except Exception as problem:  # AirflowNotFoundException, or no Airflow metadata to read it from
+        yield error("gcp_conn_id", f"the Airflow connection {config.gcp_conn_id!r} cannot be read ({problem})",
+                    f"create it: airflow connections add {config.gcp_conn_id} --conn-type google_cloud_platform "
+                    "--conn-extra '{\"project\": \"PROJECT\"}' (README: Running on Google Cloud)")
+
+
 def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
     if config.profile != "local":
         return
@@ -146,7 +172,7 @@ def java_for_local_spark(config: GpuflowConfig) -> Iterator[Finding]:
 
 #: What each workflow needs of the machine it runs on.
 ENVIRONMENT_RULES: dict[str, list[Rule]] = {
-    "inference": [profile_available, launch_environment_matches_container, emulators_answer],
+    "inference": [gcp_connection_defined, launch_environment_matches_container, emulators_answer],
     "dataproc": [java_for_local_spark],
 }
 

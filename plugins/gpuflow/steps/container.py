@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,17 @@ class RecipeError(RuntimeError):
 
 
 def default_image(config: GpuflowConfig, tag: str) -> str:
-    return f"{config.region}-docker.pkg.dev/{config.project}/gpuflow/{config.container.recipe}:{tag}"
+    container = config.container
+    return f"{config.region}-docker.pkg.dev/{config.project}/{container.repository}/{container.recipe}:{tag}"
 
 
-def build_container(config: GpuflowConfig, names: ResourceNames, platform: Platform,
-                    work_dir: Path | None = None) -> dict[str, Any]:
+def image_for(config: GpuflowConfig, context_dir: Path) -> str:
+    """The configured image, or one tagged with the build context's digest (same content, same tag)."""
+    return config.container.image or default_image(config, context_digest(context_dir))
+
+
+def render_context(config: GpuflowConfig, names: ResourceNames, work_dir: Path | None = None) -> Path:
+    """Render the recipe into a build context and check it statically; return the context folder."""
     context_dir = (work_dir or Path(tempfile.mkdtemp(prefix="gpuflow-image-"))) / f"{names.prefix}-context"
     dockerfile = render_recipe(config, context_dir)
     log.info("rendered recipe %s for Beam %s / Python %s into %s", config.container.recipe, config.beam_version,
@@ -33,7 +40,13 @@ def build_container(config: GpuflowConfig, names: ResourceNames, platform: Platf
     if problems:
         raise RecipeError(f"recipe {config.container.recipe} fails its static checks: " + "; ".join(problems))
     log.info("static checks passed: Beam boot entrypoint, pip check, LD_LIBRARY_PATH, no driver install")
-    image = config.container.image or default_image(config, context_digest(context_dir))
-    result = platform.build_image(context_dir, image)
+    return context_dir
+
+
+def build_container(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+                    work_dir: Path | None = None, on_build: Callable[[str], None] | None = None) -> dict[str, Any]:
+    context_dir = render_context(config, names, work_dir)
+    image = image_for(config, context_dir)
+    result = platform.build_image(context_dir, image, names, on_build=on_build)
     log.info("container image %s: %s", image, result.detail)
     return result.model_dump()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from gpuflow.config import GpuflowConfig
@@ -11,8 +13,31 @@ from gpuflow.platform import Platform
 
 log = logging.getLogger(__name__)
 
+#: Written by beam_jobs/download_model.py beside the weights, last, once the export is whole.
+EXPORT_MARKER = "gpuflow_export.json"
 
-def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform) -> dict[str, Any]:
+
+def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None:
+    """The marker of a finished export at the run's model path, or None."""
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    gcs = GCSHook(gcp_conn_id=conn_id)
+    marker_object = f"{names.object_prefix}/model/{EXPORT_MARKER}"
+    state_dict_object = names.state_dict_uri.removeprefix(f"gs://{names.bucket}/")
+    if not (gcs.exists(names.bucket, marker_object) and gcs.exists(names.bucket, state_dict_object)):
+        return None
+    return json.loads(gcs.download(names.bucket, marker_object))
+
+
+def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+                 on_job: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Export, unless the same model in bf16 already lies at the target path (a retry, or a re-run)."""
+    result = {"state_dict_uri": names.state_dict_uri, "model_dir_uri": names.model_dir_uri, "model": config.model.name}
+    marker = existing_export(names, platform.conn_id)
+    if marker and marker.get("model_name") == config.model.name and marker.get("dtype") == "bfloat16":
+        log.info("skipping the export: %s (bf16, %s bytes) is already at %s", config.model.name,
+                 marker.get("state_dict_bytes"), names.state_dict_uri)
+        return {**result, "skipped": True}
     log.info("exporting %s as a bf16 state_dict to %s", config.model.name, names.state_dict_uri)
-    state_dict_uri = platform.export_model(config.model.name, names)
-    return {"state_dict_uri": state_dict_uri, "model_dir_uri": names.model_dir_uri, "model": config.model.name}
+    platform.export_model(config.model.name, names, on_job=on_job)
+    return {**result, "skipped": False}

@@ -12,12 +12,22 @@ from gpuflow.platform import Platform
 log = logging.getLogger(__name__)
 
 
+class NoGpuOnWorkers(RuntimeError):
+    pass
+
+
 def verify_gpu(config: GpuflowConfig, names: ResourceNames, platform: Platform, image: str) -> dict[str, Any]:
+    """On Google Cloud a worker without a GPU is always an error: it bills for a GPU it cannot use."""
     report = platform.run_gpu_check(names, image)
     if report.get("gpu_found"):
         log.info("the workers see a GPU: %s", report.get("torch", {}).get("devices"))
-    else:
-        # With require_gpu the check pipeline itself fails; here the run goes on, on CPU.
-        log.warning("NO GPU found on the workers (%s); require_gpu is false, so inference runs on CPU",
-                    "; ".join(report.get("errors", [])) or "no GPU framework installed")
+        return report
+    reasons = "; ".join(report.get("errors", [])) or "no GPU framework installed"
+    if config.profile == "gcp" or config.require_gpu:
+        raise NoGpuOnWorkers(
+            f"the workers see no GPU ({reasons}). Fix: check that worker_accelerator carries "
+            "install-nvidia-driver, that gpu.machine_type fits gpu.type, and that the image has a CUDA build of torch "
+            "(`gpuflow debug-vm` runs the image on a GPU VM)."
+        )
+    log.warning("NO GPU found on the workers (%s); require_gpu is false, so inference runs on CPU", reasons)
     return report

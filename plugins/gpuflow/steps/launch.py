@@ -36,7 +36,8 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
 
 
 def launch(
-    config: GpuflowConfig, names: ResourceNames, platform: Platform, on_handle: Callable[[JobHandle], None] | None = None
+    config: GpuflowConfig, names: ResourceNames, platform: Platform, image: str = "",
+    on_handle: Callable[[JobHandle], None] | None = None,
 ) -> JobHandle:
     """Start the pipeline, report its handle at once (``on_handle``), then wait until it runs.
 
@@ -48,7 +49,7 @@ def launch(
 
     def attempt(candidate: GpuflowConfig) -> JobHandle:
         target = platform if candidate is config else get_platform(candidate)
-        handle = target.launch_pipeline(pipeline_argv(candidate, names), names)
+        handle = target.launch_pipeline(pipeline_argv(candidate, names), names, image)
         if on_handle:
             on_handle(handle)
         try:

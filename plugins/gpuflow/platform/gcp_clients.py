@@ -1,0 +1,71 @@
+"""The Google API clients of the gcp profile, made from the Airflow connection.
+
+Credentials, impersonation chains and the client info come from the Airflow Google provider's hooks:
+the Vertex AI and Cloud Build clients are the ones its ``CustomJobHook`` and ``CloudBuildHook`` hand out,
+and the others are built with ``GoogleBaseHook``'s credentials. Tests replace this one class with fakes
+that check every request against the API's own types; nothing else in gpuflow makes a client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from functools import cached_property
+from typing import Any
+
+
+class GcpClients:
+    def __init__(self, conn_id: str):
+        self.conn_id = conn_id
+
+    @cached_property
+    def _base_hook(self):
+        from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+
+        return GoogleBaseHook(gcp_conn_id=self.conn_id)
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        from airflow.providers.google.common.consts import CLIENT_INFO
+
+        return {"credentials": self._base_hook.get_credentials(), "client_info": CLIENT_INFO}
+
+    @contextlib.contextmanager
+    def credentials_for_subprocess(self) -> Iterator[None]:
+        """The connection's key file as GOOGLE_APPLICATION_CREDENTIALS while Beam stages a job (ADC otherwise)."""
+        with self._base_hook.provide_gcp_credential_file_as_context():
+            yield
+
+    def dataflow_jobs(self):
+        from google.cloud import dataflow_v1beta3
+
+        return dataflow_v1beta3.JobsV1Beta3Client(**self._client_kwargs())
+
+    def dataflow_messages(self):
+        from google.cloud import dataflow_v1beta3
+
+        return dataflow_v1beta3.MessagesV1Beta3Client(**self._client_kwargs())
+
+    def dataflow_templates(self):
+        from google.cloud import dataflow_v1beta3
+
+        return dataflow_v1beta3.TemplatesServiceClient(**self._client_kwargs())
+
+    def vertex_jobs(self, region: str):
+        from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
+
+        return CustomJobHook(gcp_conn_id=self.conn_id).get_job_service_client(region=region)
+
+    def cloud_build(self, region: str):
+        from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
+
+        return CloudBuildHook(gcp_conn_id=self.conn_id).get_conn(location=region)
+
+    def artifact_registry(self):
+        from google.cloud import artifactregistry_v1
+
+        return artifactregistry_v1.ArtifactRegistryClient(**self._client_kwargs())
+
+    def compute_regions(self):
+        from gpuflow.quota import regions_client
+
+        return regions_client(self.conn_id)

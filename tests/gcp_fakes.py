@@ -1,0 +1,363 @@
+"""Google Cloud services that no machine here can reach, faked at the client boundary.
+
+Each fake takes the request object gpuflow's gcp platform sends, asserts that it is the API's own type
+(``dataflow_v1beta3``, ``aiplatform_v1``, ``cloudbuild_v1``, ``artifactregistry_v1``, ``compute_v1``),
+records it, and answers with the API's own response types, replaying the state sequences the services go
+through. Where a real service would do work that later steps read back (Vertex AI writes the weights,
+Dataflow workers run the pipeline and write the GPU report), the fake does that work on this machine:
+the weights are exported by the uploaded script into the GCS emulator, and the streaming pipeline runs on
+Beam's BundleBasedDirectRunner against the Pub/Sub emulator. Only the control planes are fake.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from google.api_core.exceptions import NotFound
+from google.cloud import aiplatform_v1, artifactregistry_v1, compute_v1, dataflow_v1beta3
+from google.cloud.devtools import cloudbuild_v1
+
+from tests.helpers import ROOT
+
+JobState = dataflow_v1beta3.JobState
+Importance = dataflow_v1beta3.JobMessageImportance
+
+#: A report as beam_jobs/gpu_check.py writes it on a g2-standard-4 worker with its L4.
+L4_WORKER_REPORT = {
+    "host": "gf-gpu-check-11290001-harness-x7k2", "python": "3.11.7", "errors": [],
+    "torch": {"version": "2.13.0+cu128", "cuda_build": "12.8", "cuda_available": True, "devices": ["NVIDIA L4"]},
+    "tensorflow": None, "nvidia_smi": ["GPU 0: NVIDIA L4 (UUID: GPU-5f1c)"], "gpu_found": True,
+}
+
+WORKERS_STARTED = "Workers have started successfully."
+EXHAUSTED = ("Startup of the worker pool in zone us-central1-a failed to bring up any of the desired 1 workers. "
+             "ZONE_RESOURCE_POOL_EXHAUSTED: Instance 'gf-llm-inference-11290001-harness-0' creation failed: The zone "
+             "'projects/gpuflow-gcp-test/zones/us-central1-a' does not have enough resources available to fulfill "
+             "the request. Try a different zone, or try again later.")
+
+# A job's script: what each successive get_job answers (the last step repeats), with the messages that appear.
+STREAMING_STARTS = [(JobState.JOB_STATE_PENDING, []), (JobState.JOB_STATE_QUEUED, []),
+                    (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC, "Worker configuration: g2-standard-4 "
+                                                   "in us-central1-b.")]),
+                    (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC, WORKERS_STARTED)])]
+BATCH_SUCCEEDS = [(JobState.JOB_STATE_PENDING, []), (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC,
+                                                                                     WORKERS_STARTED)]),
+                  (JobState.JOB_STATE_DONE, [])]
+ZONE_EXHAUSTED = [(JobState.JOB_STATE_PENDING, []),
+                  (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_ERROR, EXHAUSTED)])]
+LAUNCH_FAILS = [(JobState.JOB_STATE_PENDING, []),
+                (JobState.JOB_STATE_FAILED, [(Importance.JOB_MESSAGE_ERROR,
+                                              "Workflow failed. Causes: Error syncing pod: SystemError: unknown opcode")])]
+
+
+@dataclass
+class FakeJob:
+    id: str
+    name: str
+    location: str
+    gcs_path: str
+    script: list
+    step: int = -1
+    messages: list = field(default_factory=list)
+    stopped_state: Any = None
+    process: subprocess.Popen | None = None
+
+    def advance(self) -> Any:
+        if self.stopped_state is not None:
+            return self.stopped_state
+        self.step = min(self.step + 1, len(self.script) - 1)
+        state, messages = self.script[self.step]
+        for importance, text in messages:
+            if all(m.message_text != text for m in self.messages):
+                self.messages.append(dataflow_v1beta3.JobMessage(
+                    id=f"{self.id}-m{len(self.messages)}", message_text=text, message_importance=importance))
+        return state
+
+
+class FakeDataflow:
+    """Dataflow's Templates, Jobs and Messages services.
+
+    ``scripts`` hands each launched job its state sequence, in launch order (missing: a streaming job that
+    starts, or a batch job that succeeds). ``workers`` runs what the job's workers would run.
+    """
+
+    def __init__(self, workers: FakeWorkers | None = None):
+        self.requests: list[tuple[str, Any]] = []
+        self.jobs: dict[str, FakeJob] = {}
+        self.scripts: list[list] = []
+        self.workers = workers
+        self._ids = itertools.count(1)
+
+    # TemplatesServiceClient
+    def launch_template(self, request):
+        assert isinstance(request, dataflow_v1beta3.LaunchTemplateRequest)
+        self.requests.append(("launch_template", request))
+        name = request.launch_parameters.job_name
+        default = STREAMING_STARTS if "llm-inference" in name else BATCH_SUCCEEDS
+        job = FakeJob(id=f"2026-11-29_00_00_00-{next(self._ids)}", name=name, location=request.location,
+                      gcs_path=request.gcs_path, script=self.scripts.pop(0) if self.scripts else default)
+        self.jobs[job.id] = job
+        if self.workers and job.script in (STREAMING_STARTS, BATCH_SUCCEEDS):
+            self.workers.start(job)
+        return dataflow_v1beta3.LaunchTemplateResponse(job=dataflow_v1beta3.Job(
+            id=job.id, name=name, project_id=request.project_id, location=request.location,
+            current_state=JobState.JOB_STATE_PENDING))
+
+    # JobsV1Beta3Client
+    def get_job(self, request):
+        assert isinstance(request, dataflow_v1beta3.GetJobRequest)
+        self.requests.append(("get_job", request))
+        job = self.jobs.get(request.job_id)
+        if job is None:
+            raise NotFound(f"(bb5c) Job {request.job_id} not found")
+        return dataflow_v1beta3.Job(id=job.id, name=job.name, location=job.location, current_state=job.advance())
+
+    def update_job(self, request):
+        assert isinstance(request, dataflow_v1beta3.UpdateJobRequest)
+        self.requests.append(("update_job", request))
+        job = self.jobs[request.job_id]
+        requested = JobState(request.job.requested_state)
+        assert requested in (JobState.JOB_STATE_CANCELLED, JobState.JOB_STATE_DRAINED)
+        job.stopped_state = requested
+        if self.workers:
+            self.workers.stop(job)
+        return dataflow_v1beta3.Job(id=job.id, name=job.name, current_state=JobState.JOB_STATE_CANCELLING)
+
+    def list_jobs(self, request):
+        assert isinstance(request, dataflow_v1beta3.ListJobsRequest)
+        assert request.filter == dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE
+        self.requests.append(("list_jobs", request))
+        terminal = {JobState.JOB_STATE_DONE, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED,
+                    JobState.JOB_STATE_DRAINED}
+        return [dataflow_v1beta3.Job(id=j.id, name=j.name, location=j.location)
+                for j in self.jobs.values()
+                if j.location == request.location and j.stopped_state is None
+                and (j.step < 0 or j.script[j.step][0] not in terminal)]
+
+    # MessagesV1Beta3Client
+    def list_job_messages(self, request):
+        assert isinstance(request, dataflow_v1beta3.ListJobMessagesRequest)
+        assert request.minimum_importance >= Importance.JOB_MESSAGE_BASIC
+        return list(self.jobs[request.job_id].messages)
+
+    def calls(self, method: str) -> list[Any]:
+        return [request for name, request in self.requests if name == method]
+
+
+class FakeWorkers:
+    """What Dataflow's workers would do, done on this machine.
+
+    The streaming job runs the real pipeline on BundleBasedDirectRunner against the Pub/Sub emulator (the argv
+    gpuflow gives llm_inference.py, rebuilt from the job name's run prefix). The GPU check writes the report an
+    L4 worker writes, or, with ``real_gpu_check``, runs gpu_check.py here (this machine has no GPU).
+    """
+
+    def __init__(self, config, env: dict[str, str], log_dir: Path, real_gpu_check: bool = False):
+        self.config, self.env, self.log_dir, self.real_gpu_check = config, env, log_dir, real_gpu_check
+
+    def _names(self, job: FakeJob):
+        from gpuflow.naming import resource_names
+
+        return resource_names(self.config, job.name.split("-")[0] + "-" + job.name.split("-")[1])
+
+    def start(self, job: FakeJob) -> None:
+        from gpuflow.steps.launch import pipeline_argv
+
+        names = self._names(job)
+        if "gpu-check" in job.name:
+            report_uri = names.gcs_uri("gpu-check", "report.json")
+            if self.real_gpu_check:
+                subprocess.run([sys.executable, str(ROOT / "beam_jobs" / "gpu_check.py"), "--report", report_uri,
+                                "--runner=BundleBasedDirectRunner"], env=self.env, check=True, capture_output=True)
+            else:
+                write_gcs(self.env, report_uri, json.dumps(L4_WORKER_REPORT))
+            return
+        log_file = open(self.log_dir / f"{job.id}.log", "wb")  # noqa: SIM115 - lives with the process
+        job.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "beam_jobs" / "llm_inference.py"), *pipeline_argv(self.config, names),
+             "--runner=BundleBasedDirectRunner", "--streaming", f"--project={self.config.project}"],
+            env=self.env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self, job: FakeJob) -> None:
+        from gpuflow.emulators import stop_process_group
+
+        if job.process is not None:
+            stop_process_group(job.process.pid)
+            job.process.wait(timeout=30)
+
+
+def write_gcs(env: dict[str, str], uri: str, text: str) -> None:
+    subprocess.run([sys.executable, "-c", "import sys; from google.cloud import storage; b, _, n = "
+                    "sys.argv[1].removeprefix('gs://').partition('/'); storage.Client.create_anonymous_client()"
+                    ".bucket(b).blob(n).upload_from_string(sys.argv[2])", uri, text], env=env, check=True)
+
+
+class FakeVertex:
+    """Vertex AI's JobService. A created CustomJob runs: its script is read back from the GCS emulator and run
+    here with /gcs/ paths mapped to gs:// (the demo model stands in for a hub download)."""
+
+    def __init__(self, env: dict[str, str] | None = None, demo_model_dir: Path | None = None, fail_with: str = ""):
+        self.env, self.demo_model_dir, self.fail_with = env, demo_model_dir, fail_with
+        self.requests: list[tuple[str, Any]] = []
+        self.polls = 0
+
+    def create_custom_job(self, request):
+        assert isinstance(request, aiplatform_v1.CreateCustomJobRequest)
+        self.requests.append(("create_custom_job", request))
+        if self.env is not None and not self.fail_with:
+            self._run(request.custom_job)
+        job = aiplatform_v1.CustomJob(request.custom_job)
+        job.name = f"{request.parent}/customJobs/4411"
+        job.state = aiplatform_v1.JobState.JOB_STATE_PENDING
+        return job
+
+    def _run(self, custom_job) -> None:
+        (pool,) = custom_job.job_spec.worker_pool_specs
+        command = pool.container_spec.args[0].split(" && ")[-1]
+        argv = [a.replace("/gcs/", "gs://", 1) if a.startswith("/gcs/") else a.replace("=/gcs/", "=gs://")
+                for a in shlex.split(command)]
+        script_uri = argv[1]
+        with tempfile.TemporaryDirectory() as scratch:
+            script = Path(scratch) / "download_model.py"
+            bucket, _, name = script_uri.removeprefix("gs://").partition("/")
+            subprocess.run([sys.executable, "-c", "import sys; from google.cloud import storage; storage.Client."
+                            "create_anonymous_client().bucket(sys.argv[1]).blob(sys.argv[2]).download_to_filename("
+                            "sys.argv[3])", bucket, name, str(script)], env=self.env, check=True)
+            model_arg = next(a for a in argv if a.startswith("--model-name="))
+            model_name = model_arg.split("=", 1)[1]
+            args = [a if a != model_arg else f"--model-name={self.demo_model_dir}" for a in argv[2:]]
+            subprocess.run([sys.executable, str(script), *args, "--record-as", model_name], env=self.env, check=True,
+                           capture_output=True)
+
+    def get_custom_job(self, request):
+        assert isinstance(request, aiplatform_v1.GetCustomJobRequest)
+        self.requests.append(("get_custom_job", request))
+        self.polls += 1
+        states = aiplatform_v1.JobState
+        if self.polls == 1:
+            state = states.JOB_STATE_RUNNING
+        else:
+            state = states.JOB_STATE_FAILED if self.fail_with else states.JOB_STATE_SUCCEEDED
+        job = aiplatform_v1.CustomJob(name=request.name, state=state)
+        if self.fail_with:
+            job.error.message = self.fail_with
+        return job
+
+    def cancel_custom_job(self, request):
+        assert isinstance(request, aiplatform_v1.CancelCustomJobRequest)
+        self.requests.append(("cancel_custom_job", request))
+
+
+class FakeCloudBuild:
+    """Cloud Build: QUEUED, WORKING, then SUCCESS (the tag then exists in the fake registry) or FAILURE."""
+
+    def __init__(self, registry: FakeArtifactRegistry, fail_with: str = ""):
+        self.registry, self.fail_with = registry, fail_with
+        self.requests: list[tuple[str, Any]] = []
+        self.statuses: list[Any] = []
+
+    def create_build(self, request):
+        assert isinstance(request, cloudbuild_v1.CreateBuildRequest)
+        self.requests.append(("create_build", request))
+        status = cloudbuild_v1.Build.Status
+        self.statuses = [status.QUEUED, status.WORKING, status.FAILURE if self.fail_with else status.SUCCESS]
+        return SimpleNamespace(metadata=cloudbuild_v1.BuildOperationMetadata(
+            build=cloudbuild_v1.Build(id="b7e1c0de", status=status.QUEUED)))
+
+    def get_build(self, request):
+        assert isinstance(request, cloudbuild_v1.GetBuildRequest)
+        self.requests.append(("get_build", request))
+        state = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        if state == cloudbuild_v1.Build.Status.SUCCESS:
+            (create,) = [r for n, r in self.requests if n == "create_build"][-1:]
+            self.registry.tags.update(create.build.images)
+        return cloudbuild_v1.Build(id=request.id, status=state, status_detail=self.fail_with,
+                                   log_url="https://console.cloud.google.com/cloud-build/builds/b7e1c0de")
+
+    def cancel_build(self, request):
+        assert isinstance(request, cloudbuild_v1.CancelBuildRequest)
+        self.requests.append(("cancel_build", request))
+
+
+class FakeArtifactRegistry:
+    def __init__(self):
+        self.tags: set[str] = set()  # image URIs with their tag
+        self.requests: list[Any] = []
+
+    def get_tag(self, request):
+        assert isinstance(request, artifactregistry_v1.GetTagRequest)
+        self.requests.append(request)
+        parts = request.name.split("/")  # projects/P/locations/L/repositories/R/packages/PKG/tags/T
+        image = f"{parts[3]}-docker.pkg.dev/{parts[1]}/{parts[5]}/{parts[7].replace('%2F', '/')}:{parts[9]}"
+        if image not in self.tags:
+            raise NotFound(f"Requested entity was not found: {request.name}")
+        return artifactregistry_v1.Tag(name=request.name)
+
+
+class FakeRegionsClient:
+    """Answers RegionsClient.get like the Compute API does; records each request."""
+
+    def __init__(self, quotas_by_region):
+        self.quotas_by_region = quotas_by_region
+        self.requests = []
+
+    def get(self, request):
+        assert isinstance(request, compute_v1.GetRegionRequest)
+        self.requests.append(request)
+        quotas = [compute_v1.Quota(metric=m, limit=lim, usage=use) for m, lim, use in self.quotas_by_region[request.region]]
+        return compute_v1.Region(name=request.region, quotas=quotas)
+
+
+class FakeGoogleCloud:
+    """Stands in for gpuflow.platform.gcp_clients.GcpClients: the same methods, answering with the fakes."""
+
+    def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None):
+        self.registry = registry or FakeArtifactRegistry()
+        self.dataflow = dataflow or FakeDataflow()
+        self.vertex = vertex or FakeVertex()
+        self.build = build or FakeCloudBuild(self.registry)
+        self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
+                                                     "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
+
+    def install(self, monkeypatch) -> FakeGoogleCloud:
+        monkeypatch.setattr("gpuflow.platform.gcp.GcpClients", lambda conn_id: self)
+        return self
+
+    def credentials_for_subprocess(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def dataflow_jobs(self):
+        return self.dataflow
+
+    dataflow_messages = dataflow_templates = dataflow_jobs
+
+    def vertex_jobs(self, region):
+        return self.vertex
+
+    def cloud_build(self, region):
+        return self.build
+
+    def artifact_registry(self):
+        return self.registry
+
+    def compute_regions(self):
+        return self.regions
+
+
+def gcp_test_environment(emulator_env: dict[str, str], project: str, conn_id: str) -> dict[str, str]:
+    """The emulators behind the gcp profile's hooks: an anonymous connection, and no metadata-server probing."""
+    connection = {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": project}}
+    return {**os.environ, **emulator_env, f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(connection),
+            "NO_GCE_CHECK": "True", "GOOGLE_CLOUD_PROJECT": project, "PUBSUB_PROJECT_ID": project}

@@ -1,0 +1,172 @@
+"""llm_streaming_inference on the gcp profile under dag.test(), with Google Cloud's control planes faked.
+
+Pub/Sub and GCS are the emulators, reached through the provider's hooks and an anonymous connection. Beam's
+DataflowRunner stages every job for real (into the GCS emulator). Vertex AI, Cloud Build, Artifact Registry,
+Compute Engine quotas and Dataflow's Templates/Jobs/Messages services are the fakes of tests/gcp_fakes.py,
+and the fake Dataflow's "workers" run the real pipeline on the DirectRunner, so the smoke test gets real answers.
+"""
+
+import json
+
+import pytest
+from airflow.utils.state import DagRunState, TaskInstanceState
+from google.cloud import aiplatform_v1, dataflow_v1beta3
+from google.cloud.devtools import cloudbuild_v1
+
+from gpuflow.config import load_config
+from gpuflow.naming import resource_names, run_prefix
+from gpuflow.steps.resources import list_run_resources
+from tests.gcp_fakes import (
+    BATCH_SUCCEEDS,
+    LAUNCH_FAILS,
+    STREAMING_STARTS,
+    ZONE_EXHAUSTED,
+    FakeDataflow,
+    FakeGoogleCloud,
+    FakeRegionsClient,
+    FakeVertex,
+    FakeWorkers,
+)
+from tests.helpers import GCP_TEST_PROJECT
+
+DAG_ID = "llm_streaming_inference"
+PROJECT = GCP_TEST_PROJECT
+BUCKET = "gpuflow-gcp-test-bucket"
+CONF = {
+    "config_file": "configs/gcp.example.yaml",
+    "project": PROJECT,
+    "bucket": BUCKET,
+    "model__name": "google/flan-t5-small",
+    "model__max_new_tokens": 8,
+    "require_gpu": False,  # the DirectRunner "workers" of the fake Dataflow run on this CPU
+    "dataflow__poll_interval_s": 0.05,
+    "smoke_test__num_prompts": 4,
+    "smoke_test__timeout_s": 240,
+}
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.helpers import ROOT
+
+    return DagBag(str(ROOT / "dags")).dags[DAG_ID]
+
+
+@pytest.fixture
+def cloud(gcp_env, monkeypatch, tmp_path, demo_model_dir):
+    config = load_config(CONF["config_file"], CONF)
+    assert config.project == GCP_TEST_PROJECT
+    workers = FakeWorkers(config, gcp_env, tmp_path)
+    fake = FakeGoogleCloud(dataflow=FakeDataflow(workers), vertex=FakeVertex(gcp_env, demo_model_dir))
+    yield fake.install(monkeypatch)
+    for job in fake.dataflow.jobs.values():  # never leave a pipeline behind, whatever the test did
+        workers.stop(job)
+
+
+def task_states(run):
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def leftovers(run):
+    config = load_config(CONF["config_file"], CONF)
+    names = resource_names(config, run_prefix(DAG_ID, run.run_id))
+    found = list_run_resources(config, names, config.gcp_conn_id)
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    found["objects"] = GCSHook(gcp_conn_id=config.gcp_conn_id).list(BUCKET, prefix=names.object_prefix + "/")
+    return found
+
+
+NOTHING_LEFT = {"topics": [], "subscriptions": [], "buckets": [], "objects": []}
+
+
+def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud):
+    run = dag.test(run_conf=CONF)
+    assert run.state == DagRunState.SUCCESS, task_states(run)
+    assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
+    prefix = run_prefix(DAG_ID, run.run_id)
+
+    # The quota of the run's region was read before anything was created.
+    assert [(r.project, r.region) for r in cloud.regions.requests] == [(PROJECT, "us-central1")]
+    # Vertex AI: one custom job on the guide's machine for flan-t5-small, polled to SUCCEEDED.
+    (create,) = [r for n, r in cloud.vertex.requests if n == "create_custom_job"]
+    (pool,) = create.custom_job.job_spec.worker_pool_specs
+    assert (pool.machine_spec.machine_type, pool.disk_spec.boot_disk_size_gb) == ("e2-standard-4", 100)
+    assert create.parent == f"projects/{PROJECT}/locations/us-central1"
+    # Cloud Build: the tag was missing, so it built and pushed it.
+    (build,) = [r for n, r in cloud.build.requests if n == "create_build"]
+    image = build.build.images[0]
+    assert image.startswith(f"us-central1-docker.pkg.dev/{PROJECT}/gpuflow/l4:")
+    # Dataflow: the GPU check (batch) then the streaming job, both from Beam-staged templates, the image on both.
+    launches = cloud.dataflow.calls("launch_template")
+    assert [r.launch_parameters.job_name for r in launches] == [f"{prefix}-gpu-check-us-central1-l4",
+                                                                  f"{prefix}-llm-inference-us-central1-l4"]
+    assert all(r.gcs_path.startswith(f"gs://{BUCKET}/gpuflow/{prefix}/templates/") for r in launches)
+    # The smoke test got every answer back from the running pipeline, and cleanup cancelled the job.
+    ti = {t.task_id: t for t in run.get_task_instances()}
+    assert ti["smoke_test"].xcom_pull(task_ids="smoke_test")["answered"] == 4
+    handle = ti["launch"].xcom_pull(task_ids="launch", key="job_handle")
+    assert handle["url"] == f"https://console.cloud.google.com/dataflow/jobs/us-central1/{handle['id']}?project={PROJECT}"
+    # The operator extra links Airflow stored for the UI: Dataflow job, Vertex AI job, Cloud Build.
+    assert ti["launch"].xcom_pull(task_ids="launch", key="_link_DataflowJobLink") == handle["url"]
+    assert "/vertex-ai/locations/us-central1/training/4411" in ti["export_model"].xcom_pull(
+        task_ids="export_model", key="_link_VertexAIJobLink")
+    assert ti["build_container"].xcom_pull(task_ids="build_container", key="_link_CloudBuildLink").endswith(
+        f"/b7e1c0de?project={PROJECT}")
+    cancels = cloud.dataflow.calls("update_job")
+    assert [(r.job_id, dataflow_v1beta3.JobState(r.job.requested_state).name) for r in cancels] == [
+        (handle["id"], "JOB_STATE_CANCELLED")]
+    assert leftovers(run) == NOTHING_LEFT
+
+
+def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(dag, cloud):
+    cloud.dataflow.scripts = [BATCH_SUCCEEDS, LAUNCH_FAILS]  # the GPU check succeeds, the streaming job fails
+    run = dag.test(run_conf=CONF)
+    states = task_states(run)
+    assert run.state == DagRunState.FAILED
+    assert states["launch"] == TaskInstanceState.FAILED
+    assert states["smoke_test"] == TaskInstanceState.UPSTREAM_FAILED
+    assert states["cleanup"] == TaskInstanceState.SUCCESS
+    assert leftovers(run) == NOTHING_LEFT
+
+
+def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(dag, cloud):
+    cloud.dataflow.scripts = [BATCH_SUCCEEDS, ZONE_EXHAUSTED, STREAMING_STARTS]
+    conf = {**CONF, "gpu__fallbacks": [{"region": "us-east4"}]}
+    run = dag.test(run_conf=conf)
+    assert run.state == DagRunState.SUCCESS, task_states(run)
+    prefix = run_prefix(DAG_ID, run.run_id)
+    launches = cloud.dataflow.calls("launch_template")
+    assert [(r.location, r.launch_parameters.job_name) for r in launches[1:]] == [
+        ("us-central1", f"{prefix}-llm-inference-us-central1-l4"),
+        ("us-east4", f"{prefix}-llm-inference-us-east4-l4"),
+    ]
+    # The exhausted job was cancelled at once; the fallback job was cancelled by cleanup.
+    stopped = [(r.location, r.job_id) for r in cloud.dataflow.calls("update_job")]
+    assert [location for location, _ in stopped] == ["us-central1", "us-east4"]
+    handle = {t.task_id: t for t in run.get_task_instances()}["launch"].xcom_pull(task_ids="launch")
+    assert handle["location"] == "us-east4"
+
+
+def test_too_little_quota_fails_before_anything_is_created(dag, cloud):
+    cloud.regions = FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 4, 4)]})
+    run = dag.test(run_conf=CONF)
+    states = task_states(run)
+    assert run.state == DagRunState.FAILED
+    assert states["check_quota"] == TaskInstanceState.FAILED
+    assert states["setup"] == TaskInstanceState.UPSTREAM_FAILED
+    assert cloud.vertex.requests == [] and cloud.dataflow.requests == []
+
+
+def test_requests_are_the_api_types(cloud):
+    """The fakes refuse anything but the API's own request types; this checks that they do."""
+    with pytest.raises(AssertionError):
+        cloud.dataflow.launch_template(json.dumps({"gcs_path": "gs://x"}))
+    with pytest.raises(AssertionError):
+        cloud.vertex.create_custom_job({"parent": "projects/p"})
+    with pytest.raises(AssertionError):
+        cloud.build.create_build(cloudbuild_v1.Build())
+    with pytest.raises(AssertionError):
+        cloud.vertex.get_custom_job(aiplatform_v1.CustomJob(name="projects/p/locations/l/customJobs/1"))

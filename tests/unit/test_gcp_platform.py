@@ -1,0 +1,237 @@
+"""The gcp platform against faked Google clients: each request is the API's own type, with the expected fields,
+and the state sequences the services return lead to the right outcome."""
+
+import pytest
+from google.cloud import aiplatform_v1, dataflow_v1beta3
+from google.cloud.devtools import cloudbuild_v1
+
+from gpuflow.config import load_config
+from gpuflow.naming import resource_names
+from gpuflow.platform import JobHandle
+from gpuflow.platform.gcp import DataflowJobFailed, GcpPlatform, job_name_for
+from gpuflow.steps.gpu import NoGpuOnWorkers, verify_gpu
+from gpuflow.steps.quota import QuotaTooLow, check_quota
+from tests.gcp_fakes import (
+    BATCH_SUCCEEDS,
+    EXHAUSTED,
+    L4_WORKER_REPORT,
+    LAUNCH_FAILS,
+    STREAMING_STARTS,
+    ZONE_EXHAUSTED,
+    FakeDataflow,
+    FakeGoogleCloud,
+    FakeJob,
+    FakeRegionsClient,
+    JobState,
+)
+from tests.helpers import GCP_TEST_PROJECT
+
+
+def gcp_config(*overrides):
+    return load_config("configs/gcp.example.yaml", overrides=[
+        f"project={GCP_TEST_PROJECT}", "dataflow.poll_interval_s=0.001", *overrides])
+
+
+def platform_with(fake, *overrides):
+    return GcpPlatform(gcp_config(*overrides), clients=fake)
+
+
+def running_job(fake: FakeGoogleCloud, script, name="gf-0123456789-llm-inference-us-central1-l4", location="us-central1"):
+    job = FakeJob(id=f"job-{len(fake.dataflow.jobs) + 1}", name=name, location=location, gcs_path="gs://b/t.json",
+                  script=script)
+    fake.dataflow.jobs[job.id] = job
+    return JobHandle(kind="dataflow", id=job.id, name=name, location=location)
+
+
+# -- Vertex AI export ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("overrides", "machine", "disk"), [
+    (["model.name=google/flan-t5-small"], "e2-standard-4", 100),
+    (["model.name=google/flan-t5-xxl"], "e2-highmem-8", 100),
+    (["model.name=google/flan-ul2"], "e2-highmem-16", 150),
+    (["model.name=google/flan-ul2", "export.machine_type=n2-highmem-32", "export.boot_disk_size_gb=300"],
+     "n2-highmem-32", 300),
+    (["model.name=acme/t5-custom", "model.parameters_m=5000"], "e2-highmem-8", 100),
+])
+def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine, disk):
+    platform = platform_with(FakeGoogleCloud(), *overrides)
+    names = resource_names(platform.config, "gf-0123456789")
+    job = platform.custom_job(names, names.gcs_uri("code", "download_model.py"))
+    assert isinstance(job, aiplatform_v1.CustomJob)
+    (pool,) = job.job_spec.worker_pool_specs
+    assert (pool.machine_spec.machine_type, pool.disk_spec.boot_disk_size_gb, pool.replica_count) == (machine, disk, 1)
+    script = pool.container_spec.args[0]
+    assert f"/gcs/{names.bucket}/gpuflow/gf-0123456789/code/download_model.py local" in script
+    assert f"--state-dict-path=/gcs/{names.bucket}/gpuflow/gf-0123456789/model/state_dict.pth" in script
+    assert job.labels["gpuflow-run"] == "gf-0123456789"
+
+
+# -- Dataflow: waiting, failing, stopping, finding -------------------------------------------------------------
+
+
+def test_a_streaming_job_is_running_once_its_workers_have_started():
+    fake = FakeGoogleCloud()
+    platform = platform_with(fake)
+    handle = running_job(fake, STREAMING_STARTS)
+    platform.wait_until_running(handle)
+    polled = fake.dataflow.calls("get_job")
+    assert len(polled) == len(STREAMING_STARTS)  # RUNNING alone was not enough: it waited for the workers
+    assert all(isinstance(r, dataflow_v1beta3.GetJobRequest) and r.job_id == handle.id for r in polled)
+    assert polled[0].project_id == GCP_TEST_PROJECT and polled[0].location == "us-central1"
+
+
+def test_a_failed_job_raises_with_dataflows_message_and_the_fix():
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, LAUNCH_FAILS)
+    with pytest.raises(DataflowJobFailed, match="JOB_STATE_FAILED.*unknown opcode.*different Python minor versions"):
+        platform_with(fake).wait_until_running(handle)
+
+
+def test_an_exhausted_zone_ends_the_wait_at_once_even_while_the_job_says_running():
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, ZONE_EXHAUSTED)
+    with pytest.raises(DataflowJobFailed, match="ZONE_RESOURCE_POOL_EXHAUSTED") as raised:
+        platform_with(fake).wait_until_running(handle)
+    assert "gpu.fallbacks" in str(raised.value)
+    assert EXHAUSTED in str(raised.value)
+
+
+def test_workers_that_never_start_time_out_with_the_guides_advice():
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, [(JobState.JOB_STATE_RUNNING, [])])
+    with pytest.raises(DataflowJobFailed, match="no worker activity has been seen.*disk_size_gb"):
+        platform_with(fake, "dataflow.start_timeout_s=0.05").wait_until_running(handle)
+
+
+@pytest.mark.parametrize(("action", "script", "requested"), [
+    ("cancel", STREAMING_STARTS, "JOB_STATE_CANCELLED"),
+    ("drain", STREAMING_STARTS, "JOB_STATE_DRAINED"),
+    ("drain", [(JobState.JOB_STATE_PENDING, [])], "JOB_STATE_CANCELLED"),  # a job not yet running cannot drain
+])
+def test_stop_cancels_or_drains(action, script, requested):
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, script)
+    fake.dataflow.jobs[handle.id].step = len(script) - 2  # the next poll sees the script's last state
+    assert platform_with(fake, f"dataflow.stop_action={action}").stop_pipeline(handle) is True
+    (update,) = fake.dataflow.calls("update_job")
+    assert isinstance(update, dataflow_v1beta3.UpdateJobRequest)
+    assert (update.job_id, dataflow_v1beta3.JobState(update.job.requested_state).name) == (handle.id, requested)
+
+
+def test_stop_leaves_a_finished_job_alone():
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, BATCH_SUCCEEDS)
+    fake.dataflow.jobs[handle.id].step = len(BATCH_SUCCEEDS) - 1
+    assert platform_with(fake).stop_pipeline(handle) is False
+    assert fake.dataflow.calls("update_job") == []
+
+
+def test_cleanup_finds_the_runs_active_jobs_in_every_region_it_may_have_used():
+    fake = FakeGoogleCloud()
+    running_job(fake, STREAMING_STARTS, name="gf-0123456789-llm-inference-us-central1-l4")
+    running_job(fake, STREAMING_STARTS, name="gf-0123456789-gpu-check-us-east4-l4", location="us-east4")
+    running_job(fake, STREAMING_STARTS, name="gf-9999999999-llm-inference-us-central1-l4")  # another run's
+    platform = platform_with(fake, "gpu.fallbacks=[{region: us-east4}]")
+    found = platform.find_run_jobs(resource_names(platform.config, "gf-0123456789"))
+    assert sorted((h.name, h.location) for h in found) == [("gf-0123456789-gpu-check-us-east4-l4", "us-east4"),
+                                                           ("gf-0123456789-llm-inference-us-central1-l4", "us-central1")]
+    assert [r.location for r in fake.dataflow.calls("list_jobs")] == ["us-central1", "us-east4"]
+    assert all(h.url.startswith("https://console.cloud.google.com/dataflow/jobs/") for h in found)
+
+
+def test_fallback_jobs_get_names_of_their_own():
+    config = gcp_config("gpu.fallbacks=[{region: us-east4, type: nvidia-tesla-t4, machine_type: n1-standard-8}]")
+    from gpuflow.troubleshoot import fallback_configs
+
+    names = resource_names(config, "gf-0123456789")
+    assert [job_name_for(names, c, "llm-inference") for c in [config, *fallback_configs(config)]] == [
+        "gf-0123456789-llm-inference-us-central1-l4", "gf-0123456789-llm-inference-us-east4-t4"]
+
+
+# -- quota, GPU check ------------------------------------------------------------------------------------------
+
+
+def test_quota_must_cover_count_times_max_workers():
+    fake = FakeGoogleCloud(regions=FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 6)]}))
+    platform = platform_with(fake, "gpu.count=1", "worker.max_num_workers=3")
+    with pytest.raises(QuotaTooLow, match=r"NVIDIA_L4_GPUS quota is 8 with 6 in use, so 2 free, but the job needs 3"):
+        check_quota(platform.config, platform)
+    platform = platform_with(fake, "worker.max_num_workers=2")
+    assert check_quota(platform.config, platform)["enough"] is True
+
+
+@pytest.mark.parametrize(("report", "fails"), [(L4_WORKER_REPORT, False),
+                                               ({**L4_WORKER_REPORT, "gpu_found": False, "errors": [
+                                                   "PyTorch failed to detect GPUs with your setup"]}, True)])
+def test_on_google_cloud_workers_without_a_gpu_fail_the_check(report, fails):
+    class ReportingPlatform:
+        def run_gpu_check(self, names, image):
+            return report
+
+    config = gcp_config("require_gpu=false")
+    names = resource_names(config, "gf-0123456789")
+    if fails:
+        with pytest.raises(NoGpuOnWorkers, match="PyTorch failed to detect GPUs"):
+            verify_gpu(config, names, ReportingPlatform(), "img")
+    else:
+        assert verify_gpu(config, names, ReportingPlatform(), "img")["gpu_found"] is True
+
+
+# -- Cloud Build ---------------------------------------------------------------------------------------------
+
+
+def test_an_image_whose_tag_exists_is_not_built_again(tmp_path):
+    fake = FakeGoogleCloud()
+    image = f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/gpuflow/l4:3f2a9c0d"
+    fake.registry.tags.add(image)
+    platform = platform_with(fake)
+    result = platform.build_image(tmp_path, image, resource_names(platform.config, "gf-0123456789"))
+    assert (result.built, fake.build.requests) == (False, [])
+    (lookup,) = fake.registry.requests
+    assert lookup.name == (f"projects/{GCP_TEST_PROJECT}/locations/us-central1/repositories/gpuflow/packages/l4/"
+                           "tags/3f2a9c0d")
+
+
+def test_the_cloud_build_request():
+    platform = platform_with(FakeGoogleCloud(), "container.build_timeout_s=1800")
+    build = platform.cloud_build_request("gpuflow/gf-1/build/context.tar.gz", "img:tag", "bkt")
+    assert isinstance(build, cloudbuild_v1.Build)
+    assert (build.source.storage_source.bucket, build.source.storage_source.object_) == (
+        "bkt", "gpuflow/gf-1/build/context.tar.gz")
+    assert [(s.name, list(s.args)) for s in build.steps] == [
+        ("gcr.io/cloud-builders/docker", ["build", "-t", "img:tag", "."])]
+    assert list(build.images) == ["img:tag"] and build.timeout.seconds == 1800
+
+
+# -- on_kill ---------------------------------------------------------------------------------------------------
+
+
+def test_on_kill_cancels_the_vertex_job_and_the_build():
+    from gpuflow.operators import BuildContainerOperator, ExportModelOperator
+
+    fake = FakeGoogleCloud()
+    platform = platform_with(fake)
+    export = ExportModelOperator(task_id="export_model")
+    export._platform, export._remote_job = platform, f"projects/{GCP_TEST_PROJECT}/locations/us-central1/customJobs/7"
+    export.on_kill()
+    build = BuildContainerOperator(task_id="build_container")
+    build._platform, build._build_id = platform, "b7e1c0de"
+    build.on_kill()
+    ((_, cancel_job),) = [r for r in fake.vertex.requests if r[0] == "cancel_custom_job"]
+    assert isinstance(cancel_job, aiplatform_v1.CancelCustomJobRequest) and cancel_job.name.endswith("/customJobs/7")
+    ((_, cancel_build),) = [r for r in fake.build.requests if r[0] == "cancel_build"]
+    assert isinstance(cancel_build, cloudbuild_v1.CancelBuildRequest)
+    assert (cancel_build.id, cancel_build.project_id) == ("b7e1c0de", GCP_TEST_PROJECT)
+
+
+def test_launch_on_kill_cancels_the_dataflow_job():
+    from gpuflow.operators import LaunchPipelineOperator
+
+    fake = FakeGoogleCloud(dataflow=FakeDataflow())
+    platform = platform_with(fake)
+    operator = LaunchPipelineOperator(task_id="launch")
+    operator._platform, operator._handle = platform, running_job(fake, STREAMING_STARTS)
+    operator.on_kill()
+    (update,) = fake.dataflow.calls("update_job")
+    assert update.job_id == operator._handle.id
