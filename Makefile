@@ -7,8 +7,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_HOME := $(CURDIR)/.demo
 PIP_QUIET := grep -v '^WARNING: Location' || true
+# Debian's chromium for the browser test of the Airflow UI (Playwright drives it; no browser download).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: venv demo test test-unit lint bench clean
+.PHONY: venv demo test test-unit lint bench clean deploy-composer browser
 
 venv: $(STAMP)
 
@@ -34,13 +37,26 @@ lint: venv
 test-unit: venv
 	$(BIN)/python -m pytest -m "not integration"
 
-test: venv lint
+browser: $(CHROMIUM)
+
+$(CHROMIUM):
+	export DEBIAN_FRONTEND=noninteractive; \
+	$(SUDO) apt-get install -y -q chromium > /dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
+
+test: venv lint browser
 	$(BIN)/python -m pytest
 
 bench: venv
 	$(BIN)/gpuflow emulators run -- $(BIN)/python benchmarks/inference_throughput.py
 	$(BIN)/python benchmarks/model_load.py
 	$(BIN)/python benchmarks/dag_parse.py
+
+# Copy dags/, plugins/ and data/ (beam_jobs, configs, docker, spark_jobs) into a Cloud Composer environment and
+# install the PyPI packages it lacks. DRY_RUN=1 prints the gcloud commands without running them.
+deploy-composer: venv
+	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [DRY_RUN=1]"; exit 2; }
+	$(BIN)/gpuflow deploy-composer --environment "$(ENV)" --location "$(LOCATION)" $(if $(DRY_RUN),--dry-run)
 
 clean:
 	rm -rf $(DEMO_HOME) .pytest_cache .ruff_cache

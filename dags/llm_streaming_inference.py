@@ -12,6 +12,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from gpuflow.operators import (
+    STATE_DICT_ASSET,
     BuildContainerOperator,
     CleanupOperator,
     ExportModelOperator,
@@ -41,7 +42,7 @@ with DAG(
 
     check_quota = QuotaCheckOperator(task_id="check_quota", config_json=config)
     setup = SetupResourcesOperator(task_id="setup", config_json=config)
-    export_model = ExportModelOperator(task_id="export_model", config_json=config)
+    export_model = ExportModelOperator(task_id="export_model", config_json=config, outlets=[STATE_DICT_ASSET])
     build_container = BuildContainerOperator(task_id="build_container", config_json=config)
     verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output)
     launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=build_container.output, retries=0)

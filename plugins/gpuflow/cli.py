@@ -129,13 +129,15 @@ def cmd_params_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_config_reference(args: argparse.Namespace) -> int:
-    from gpuflow.config import PROJECT_ROOT, configuration_reference
+    from gpuflow.config import PROJECT_ROOT, configuration_reference, readme_with_reference
 
     text = configuration_reference()
     if args.write:
         target = PROJECT_ROOT / "docs" / "configuration.md"
         target.write_text(text)
-        print(f"wrote {target}")
+        readme = PROJECT_ROOT / "README.md"
+        readme.write_text(readme_with_reference(readme.read_text()))
+        print(f"wrote {target} and the table in {readme}")
     else:
         print(text, end="")
     return 0
@@ -179,6 +181,21 @@ def cmd_launch_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deploy_composer(args: argparse.Namespace) -> int:
+    import shlex
+
+    from gpuflow.composer import composer_requirements, deploy_commands
+
+    requirements_file = Path(args.requirements_file)
+    requirements_file.write_text("\n".join(composer_requirements()) + "\n")
+    print(f"# wrote {requirements_file} for Composer (without Airflow and the packages Composer ships)")
+    for command in deploy_commands(args.environment, args.location, requirements_file):
+        print(shlex.join(command), flush=True)
+        if not args.dry_run:
+            subprocess.run(command, check=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuflow", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -213,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--write", action="store_true")
     schema.set_defaults(func=cmd_params_schema)
 
-    reference = commands.add_parser("config-reference", help="print (or --write) docs/configuration.md")
+    reference = commands.add_parser("config-reference", help="print (or --write) docs/configuration.md and README's table")
     reference.add_argument("--write", action="store_true")
     reference.set_defaults(func=cmd_config_reference)
 
@@ -221,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(launch)
     launch.add_argument("--run-id", default="manual", help="the DAG run id the resource names derive from")
     launch.set_defaults(func=cmd_launch_command)
+
+    deploy = commands.add_parser("deploy-composer", help="copy gpuflow into a Cloud Composer environment")
+    deploy.add_argument("--environment", required=True)
+    deploy.add_argument("--location", required=True)
+    deploy.add_argument("--requirements-file", default="requirements-composer.txt")
+    deploy.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    deploy.set_defaults(func=cmd_deploy_composer)
 
     emulators = commands.add_parser("emulators", help="start the local profile's emulators")
     _add_config_args(emulators)

@@ -12,9 +12,9 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuflow.config import PROJECT_ROOT, ConfigError, GpuflowConfig, beam_jobs_dir
+from gpuflow.config import ConfigError, GpuflowConfig, beam_jobs_dir, project_path
 
-RECIPES_DIR = PROJECT_ROOT / "docker"
+RECIPES_DIR = project_path("docker")
 BEAM_BOOT = "/opt/apache/beam/boot"
 NVIDIA_LIBS = "/usr/local/nvidia/lib64"
 _DRIVER_INSTALL = re.compile(r"(nvidia-driver|cuda-drivers|NVIDIA-Linux-.*\.run|nvidia-utils-\d+)", re.IGNORECASE)

@@ -31,6 +31,7 @@ class ResourceNames(BaseModel):
     dead_letter_topic: str
     dead_letter_subscription: str
     job_name: str
+    model_dir_uri: str  # the exported model: under the run's prefix, or export.model_dir (kept across runs)
 
     @property
     def topics(self) -> list[str]:
@@ -50,11 +51,7 @@ class ResourceNames(BaseModel):
 
     @property
     def state_dict_uri(self) -> str:
-        return self.gcs_uri("model", "state_dict.pth")
-
-    @property
-    def model_dir_uri(self) -> str:
-        return self.gcs_uri("model")
+        return f"{self.model_dir_uri}/state_dict.pth"
 
 
 def resource_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
@@ -75,4 +72,5 @@ def resource_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
         dead_letter_topic=f"{prefix}-{pubsub.dead_letter_topic}",
         dead_letter_subscription=f"{prefix}-{pubsub.dead_letter_subscription}",
         job_name=f"{prefix}-llm-inference",
+        model_dir_uri=config.export.model_dir or f"gs://{bucket}/gpuflow/{prefix}/model",
     )

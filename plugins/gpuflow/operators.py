@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import BaseOperator, BaseOperatorLink, Param
+from airflow.sdk import Asset, BaseOperator, BaseOperatorLink, Param
 from airflow.sdk.exceptions import AirflowFailException
 
 log = logging.getLogger(__name__)
@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 #: keeps it current). Read from a file so that parsing a DAG never builds the pydantic schema.
 PARAMS_SCHEMA_FILE = Path(__file__).with_name("params_schema.json")
 
+
+#: Updated by every export_model run; the event's extra says where the bf16 state_dict lies
+#: ({"state_dict_uri", "model_dir_uri", "model", "kept"}). Downstream DAGs schedule on it (README).
+STATE_DICT_ASSET = Asset(name="gpuflow_state_dict", uri="gpuflow://llm_streaming_inference/state_dict")
 
 #: Params every DAG shows; each DAG adds the sections it uses.
 _COMMON_PARAMS = ("profile", "project", "region", "bucket", "gcp_conn_id")
@@ -101,6 +105,11 @@ class VertexAIJobLink(_XComUrlLink):
 class CloudBuildLink(_XComUrlLink):
     name = "Cloud Build"
     source_key = "cloud_build_url"
+
+
+class DataprocBatchLink(_XComUrlLink):
+    name = "Dataproc batch"
+    source_key = "dataproc_batch_url"
 
 
 CONSOLE = "https://console.cloud.google.com"
@@ -219,7 +228,12 @@ class ExportModelOperator(GpuflowStepOperator):
             url = f"{CONSOLE}/vertex-ai/locations/{location}/training/{job_id}/cpu?project={config.project}"
             context["ti"].xcom_push(key=VertexAIJobLink.source_key, value=url)
 
-        return export_model(config, names, platform, on_job=remember)
+        result = export_model(config, names, platform, on_job=remember)
+        context["outlet_events"][STATE_DICT_ASSET].extra = {
+            "state_dict_uri": result["state_dict_uri"], "model_dir_uri": result["model_dir_uri"],
+            "model": result["model"], "kept": bool(config.export.model_dir),
+        }
+        return result
 
     def on_kill(self) -> None:
         if self._platform is not None and self._remote_job:
@@ -339,6 +353,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
     """Runs the batch (local Spark, or Dataproc Serverless); returns the job's result; ``on_kill`` cancels it."""
 
     ui_color = "#d4edda"
+    operator_extra_links = (DataprocBatchLink(),)
     _config = None
     _operation_name = None
 
@@ -351,6 +366,8 @@ class DataprocBatchOperator(GpuflowStepOperator):
         if config.profile == "local":
             return run_local_batch(config)
         prefix = names_for(context, config).prefix
+        batch_url = f"{CONSOLE}/dataproc/batches/{config.region}/{batch_id_for(prefix)}/monitoring?project={config.project}"
+        context["ti"].xcom_push(key=DataprocBatchLink.source_key, value=batch_url)
 
         def remember(operation) -> None:
             self._operation_name = operation.operation.name

@@ -101,6 +101,9 @@ def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db,
     assert properties["spark.dataproc.executor.resource.accelerator.type"] == "l4"
     assert request["batch"].pyspark_batch.main_python_file_uri.startswith(f"gs://{BUCKET}/gpuflow/")
     assert fake.deleted == [f"projects/gpuflow-local/locations/us-central1/batches/{batch_id}"]
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "batch"]
+    assert ti.xcom_pull(task_ids="batch", key="_link_DataprocBatchLink") == (
+        f"https://console.cloud.google.com/dataproc/batches/us-central1/{batch_id}/monitoring?project=gpuflow-local")
 
 
 def test_gcp_failure_still_cleans_up_and_the_run_fails(airflow_db, gcp_dataproc):

@@ -41,12 +41,29 @@ def leftovers(local_config, run):
         return list_run_resources(local_config, names, LOCAL_CONN_ID)
 
 
+def state_dict_events(run_id: str) -> list[dict]:
+    """The extra of each gpuflow_state_dict asset event that run_id's export_model emitted."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from gpuflow.operators import STATE_DICT_ASSET
+
+    with create_session() as session:
+        events = session.scalars(select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                                 .where(AssetModel.uri == STATE_DICT_ASSET.uri, AssetEvent.source_run_id == run_id))
+        return [dict(event.extra) for event in events]
+
+
 def test_two_runs_in_a_row_both_succeed_and_leave_nothing(dag, local_config, emulators):
     for _ in range(2):
         run = dag.test(run_conf=run_conf(local_config))
         assert run.state == DagRunState.SUCCESS, task_states(run)
         assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
         assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}
+        names = resource_names(local_config, run_prefix(DAG_ID, run.run_id))
+        assert state_dict_events(run.run_id) == [{"state_dict_uri": names.state_dict_uri, "model": "gpuflow-demo",
+                                                  "model_dir_uri": names.model_dir_uri, "kept": False}]
 
 
 def test_a_failure_in_launch_still_runs_cleanup_and_the_run_fails(dag, local_config, emulators):

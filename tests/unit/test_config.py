@@ -78,3 +78,11 @@ def test_configuration_reference_is_current():
     from gpuflow.config import PROJECT_ROOT, configuration_reference
 
     assert (PROJECT_ROOT / "docs" / "configuration.md").read_text() == configuration_reference()
+
+
+def test_the_readmes_configuration_table_is_current():
+    """Regenerate with `gpuflow config-reference --write`."""
+    from gpuflow.config import PROJECT_ROOT, readme_with_reference
+
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    assert readme_with_reference(readme) == readme

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import PROJECT_ROOT, GpuflowConfig
+from gpuflow.config import GpuflowConfig, project_path
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def parse_result(output: str) -> dict[str, Any]:
 
 def main_file(config: GpuflowConfig) -> Path:
     path = Path(config.dataproc.main_python_file)
-    return path if path.is_absolute() else PROJECT_ROOT / path
+    return path if path.is_absolute() else project_path(str(path))
 
 
 # -- local profile: the same PySpark file on local Spark ---------------------------------------------

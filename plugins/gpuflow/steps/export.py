@@ -22,11 +22,11 @@ def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
     gcs = GCSHook(gcp_conn_id=conn_id)
-    marker_object = f"{names.object_prefix}/model/{EXPORT_MARKER}"
-    state_dict_object = names.state_dict_uri.removeprefix(f"gs://{names.bucket}/")
-    if not (gcs.exists(names.bucket, marker_object) and gcs.exists(names.bucket, state_dict_object)):
+    bucket, _, folder = names.model_dir_uri.removeprefix("gs://").partition("/")
+    marker_object, state_dict_object = f"{folder}/{EXPORT_MARKER}", f"{folder}/state_dict.pth"
+    if not (gcs.exists(bucket, marker_object) and gcs.exists(bucket, state_dict_object)):
         return None
-    return json.loads(gcs.download(names.bucket, marker_object))
+    return json.loads(gcs.download(bucket, marker_object))
 
 
 def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform,

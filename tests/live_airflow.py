@@ -1,0 +1,139 @@
+"""Airflow 3's own processes on a temporary Airflow home and loopback ports, for tests that use Airflow as a
+person does: the api-server (REST API and UI), the scheduler (LocalExecutor) and the dag-processor.
+
+Every process is started in its own session and stopped by its pid (the whole group), so nothing is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from tests.helpers import ROOT
+
+USERNAME = "gpuflow-admin"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class LiveAirflow:
+    home: Path
+    port: int = field(default_factory=free_port)
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "gpuflow-test-" + self.password,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+        }
+
+    def start(self, timeout_s: float = 180) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password}))
+        env = self.env()
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+        for name in ("api-server", "scheduler", "dag-processor"):
+            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
+            self.processes[name] = subprocess.Popen([sys.executable, "-m", "airflow", name], env=env, stdout=log,
+                                                    stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"airflow {name} exited: {self.log_tail(name)}")
+            try:
+                if requests.get(f"{self.url}/api/v2/monitor/health", timeout=2).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(1)
+        raise TimeoutError(f"the api-server did not answer within {timeout_s}s: {self.log_tail('api-server')}")
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        path = self.home / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def stop(self) -> None:
+        from gpuflow.emulators import process_alive, stop_process_group
+
+        for process in self.processes.values():
+            stop_process_group(process.pid, grace_s=20)
+            process.wait(timeout=30)
+        leftovers = [name for name, process in self.processes.items() if process_alive(process.pid)]
+        assert not leftovers, f"still running: {leftovers}"
+
+    # -- the REST API, authenticated as the UI is: a JWT from /auth/token --------------------------------------
+
+    def token(self) -> str:
+        answer = requests.post(f"{self.url}/auth/token", json={"username": USERNAME, "password": self.password},
+                               timeout=10)
+        answer.raise_for_status()
+        return answer.json()["access_token"]
+
+    def api(self, method: str, path: str, **kwargs) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token()}"}
+        return requests.request(method, f"{self.url}/api/v2{path}", headers=headers, timeout=30, **kwargs)
+
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            answer = self.api("GET", f"/dags/{dag_id}")
+            if answer.ok:
+                if answer.json().get("is_paused"):
+                    self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
+                return answer.json()
+            time.sleep(2)
+        raise TimeoutError(f"{dag_id} was not parsed within {timeout_s}s: {self.log_tail('dag-processor')}")
+
+    def wait_for_new_run(self, dag_id: str, known: set[str], timeout_s: float = 60) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            runs = self.api("GET", f"/dags/{dag_id}/dagRuns").json()["dag_runs"]
+            new = [run["dag_run_id"] for run in runs if run["dag_run_id"] not in known]
+            if new:
+                return new[0]
+            time.sleep(1)
+        raise TimeoutError(f"no new run of {dag_id} appeared within {timeout_s}s")
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            run = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json()
+            if run["state"] in ("success", "failed"):
+                return run
+            time.sleep(3)
+        raise TimeoutError(f"run {run_id} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")
