@@ -49,7 +49,7 @@ def test_a_run_triggered_through_the_rest_api_answers_prompts(airflow_live, loca
     assert all(row["answer"] for row in smoke["answers"])
     # The UI knows the launch task's extra link (empty on the local profile: no console page).
     links = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch/links")
-    assert links.status_code == 200 and "Dataflow job" in links.json(), links.text
+    assert links.status_code == 200 and "Dataflow job" in links.json()["extra_links"], links.text
 
 
 def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_config):

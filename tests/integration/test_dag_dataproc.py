@@ -71,7 +71,7 @@ def gcp_dataproc(emulators, monkeypatch):
 
     gcs = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
     if not gcs.get_conn().bucket(BUCKET).exists():
-        gcs.create_bucket(bucket_name=BUCKET, project_id="gpuflow-local")
+        gcs.create_bucket(bucket_name=BUCKET, project_id="gpuflow-dataproc-test")
     # The driver output as Dataproc writes it: <output_uri>.000000000 objects.
     gcs.upload(BUCKET, "driveroutput/out.000000000", data="Using Spark's default log4j profile\n"
                'GPUFLOW_RESULT {"accelerator_count": 2, "hosts": 2, "joined_rows": 10000000, "notes": []}\n')
@@ -85,7 +85,7 @@ def gcp_dataproc(emulators, monkeypatch):
 
 
 def gcp_conf():
-    return {"config_file": "configs/dataproc.example.yaml", "profile": "gcp", "project": "gpuflow-local",
+    return {"config_file": "configs/dataproc.example.yaml", "profile": "gcp", "project": "gpuflow-dataproc-test",
             "bucket": BUCKET, "gcp_conn_id": LOCAL_CONN_ID, "dataproc__poll_interval_s": 0.1}
 
 
@@ -96,19 +96,19 @@ def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db,
     assert batch_result(run)["accelerator_count"] == 2
     (request,) = fake.created
     batch_id = batch_id_for(run_prefix(DAG_ID, run.run_id))
-    assert request["batch_id"] == batch_id and request["parent"] == "projects/gpuflow-local/regions/us-central1"
+    assert request["batch_id"] == batch_id and request["parent"] == "projects/gpuflow-dataproc-test/regions/us-central1"
     properties = dict(request["batch"].runtime_config.properties)
     assert properties["spark.dataproc.executor.resource.accelerator.type"] == "l4"
     assert request["batch"].pyspark_batch.main_python_file_uri.startswith(f"gs://{BUCKET}/gpuflow/")
-    assert fake.deleted == [f"projects/gpuflow-local/locations/us-central1/batches/{batch_id}"]
+    assert fake.deleted == [f"projects/gpuflow-dataproc-test/locations/us-central1/batches/{batch_id}"]
     (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "batch"]
     assert ti.xcom_pull(task_ids="batch", key="_link_DataprocBatchLink") == (
-        f"https://console.cloud.google.com/dataproc/batches/us-central1/{batch_id}/monitoring?project=gpuflow-local")
+        f"https://console.cloud.google.com/dataproc/batches/us-central1/{batch_id}/monitoring?project=gpuflow-dataproc-test")
 
 
 def test_gcp_failure_still_cleans_up_and_the_run_fails(airflow_db, gcp_dataproc):
     fake = gcp_dataproc(dataproc_v1.Batch.State.FAILED,
-                        "Constraint constraints/compute.requireShieldedVm violated for project gpuflow-local.")
+                        "Constraint constraints/compute.requireShieldedVm violated for project gpuflow-dataproc-test.")
     run = dataproc_dag().test(run_conf=gcp_conf())
     assert run.state == DagRunState.FAILED
     assert states(run)["batch"] == TaskInstanceState.FAILED

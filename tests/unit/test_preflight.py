@@ -77,3 +77,11 @@ def test_gcp_profile_needs_a_real_project_and_a_readable_connection(monkeypatch)
     assert "airflow connections add no_such_conn" in missing[0].fix
     monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_CONN", '{"conn_type": "google_cloud_platform"}')
     assert not list(gcp_connection_defined(load_config(None, overrides=["profile=gcp", "gcp_conn_id=no_such_conn"])))
+
+
+def test_the_demo_model_is_refused_on_gcp_for_inference_only():
+    config = load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod", "model.name=gpuflow-demo"])
+    inference = [f for f in run_preflight(config, check_environment=False) if f.level == "error"]
+    assert [(f.field, f.fix) for f in inference] == [
+        ("model.name", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")]
+    assert not [f for f in run_preflight(config, check_environment=False, workflow="dataproc") if f.level == "error"]

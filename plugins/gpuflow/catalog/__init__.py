@@ -115,6 +115,12 @@ def model_size(name: str) -> ModelSize | None:
     return ModelSize(**row) if row else None
 
 
+def export_size_for(parameters_m: float) -> ModelSize:
+    """The export machine of the smallest catalog model at least this large (the largest one's beyond)."""
+    sizes = sorted((ModelSize(**row) for row in _load("models")["models"].values()), key=lambda s: s.parameters_m)
+    return next((size for size in sizes if size.parameters_m >= parameters_m), sizes[-1])
+
+
 def bytes_per_parameter(dtype: str) -> int:
     return _load("models")["bytes_per_parameter"][dtype]
 

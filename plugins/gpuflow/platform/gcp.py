@@ -187,14 +187,9 @@ class GcpPlatform:
 
     def export_machine(self) -> tuple[str, int]:
         """The guide's machine and boot disk for the model size, unless the configuration sets them."""
-        size = catalog.model_size(self.config.model.name)
-        machine = self.config.export.machine_type or (size.export_machine if size else None)
-        if machine is None:
-            parameters_m = self.config.model.parameters_m or 0
-            machine = "e2-highmem-16" if parameters_m > 11000 else "e2-highmem-8" if parameters_m > 3000 else \
-                "e2-highmem-4" if parameters_m > 800 else "e2-standard-4"
-        disk = self.config.export.boot_disk_size_gb or (size.export_disk_gb if size else 100)
-        return machine, disk
+        size = catalog.model_size(self.config.model.name) or catalog.export_size_for(self.config.model.parameters_m or 0)
+        return (self.config.export.machine_type or size.export_machine,
+                self.config.export.boot_disk_size_gb or size.export_disk_gb)
 
     def custom_job(self, names: ResourceNames, script_uri: str):
         """The Vertex AI CustomJob that runs download_model.py with Cloud Storage mounted under /gcs/."""

@@ -64,9 +64,6 @@ def gpu_worker_disk(config: GpuflowConfig) -> Iterator[Finding]:
 
 def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
     name = config.model.name
-    if name == DEMO_MODEL_NAME and config.profile == "gcp":
-        yield error("model.name", f"'{DEMO_MODEL_NAME}' is built on the local machine; the gcp profile exports a "
-                    "model in a Vertex AI job", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")
     if name == DEMO_MODEL_NAME or name.startswith("gs://"):
         return
     looks_like_path = name.startswith(("/", ".", "~"))
@@ -88,6 +85,12 @@ def dataproc_batch_rules(config: GpuflowConfig) -> Iterator[Finding]:
     from gpuflow.dataproc import dataproc_findings
 
     yield from dataproc_findings(config)
+
+
+def demo_model_is_local_only(config: GpuflowConfig) -> Iterator[Finding]:
+    if config.model.name == DEMO_MODEL_NAME and config.profile == "gcp":
+        yield error("model.name", f"'{DEMO_MODEL_NAME}' is built on the local machine; the gcp profile exports a "
+                    "model in a Vertex AI job", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")
 
 
 CONFIG_RULES: list[Rule] = [
@@ -170,6 +173,12 @@ def java_for_local_spark(config: GpuflowConfig) -> Iterator[Finding]:
                     "install a Java 17 runtime (Debian: openjdk-17-jre-headless)")
 
 
+#: Configuration rules that only one workflow's tasks make true (the Dataproc batch exports no model).
+WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
+    "inference": [demo_model_is_local_only],
+    "dataproc": [],
+}
+
 #: What each workflow needs of the machine it runs on.
 ENVIRONMENT_RULES: dict[str, list[Rule]] = {
     "inference": [gcp_connection_defined, launch_environment_matches_container, emulators_answer],
@@ -178,5 +187,5 @@ ENVIRONMENT_RULES: dict[str, list[Rule]] = {
 
 
 def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference") -> list[Finding]:
-    rules = CONFIG_RULES + (ENVIRONMENT_RULES[workflow] if check_environment else [])
+    rules = CONFIG_RULES + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
     return [finding for rule in rules for finding in rule(config)]
