@@ -88,21 +88,23 @@ def write_report(report: dict, path: str) -> None:
             handle.write(text)
 
 
-def run(argv=None, test_pipeline=None):
+def run(argv=None, test_pipeline=None, wait=True):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--report", required=True, help="where to write the JSON report")
-    parser.add_argument("--require-gpu", action="store_true", help="fail when the workers see no GPU")
+    parser.add_argument("--require-gpu", "--require_gpu", dest="require_gpu", nargs="?", const="true",
+                        default="false", choices=("true", "false"), help="fail when the workers see no GPU")
     args, pipeline_args = parser.parse_known_args(argv)
     pipeline = test_pipeline or beam.Pipeline(options=PipelineOptions(pipeline_args))
     _ = (
         pipeline
         | "One" >> beam.Create([None])
         | "InspectWorker" >> beam.Map(inspect_worker)
-        | "Enforce" >> beam.Map(enforce, require_gpu=args.require_gpu)
+        | "Enforce" >> beam.Map(enforce, require_gpu=args.require_gpu == "true")
         | "WriteReport" >> beam.Map(write_report, path=args.report)
     )
     result = pipeline.run()
-    result.wait_until_finish()
+    if wait:  # a Flex Template launcher returns once the job is submitted
+        result.wait_until_finish()
     return result
 
 

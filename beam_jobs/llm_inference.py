@@ -142,10 +142,35 @@ def load_seq2seq_model(model_dir: str, state_dict_path: str, device: str, dtype)
 
 
 class LoadedSeq2Seq:
-    """What ``load_model`` hands to ``run_inference``: the model, its tokenizer and device."""
+    """What ``load_model`` hands to ``run_inference``: the model, its tokenizer and device.
+
+    ``generate`` is its one entry point, so that a copy shared across SDK processes (model copies, Beam's
+    multi-process sharing) is called with token ids and answers with strings, never moving the model.
+    """
 
     def __init__(self, model, tokenizer, device: str):
         self.model, self.tokenizer, self.device = model, tokenizer, device
+
+    def generate(self, token_lists: Sequence[list[int]], max_new_tokens: int) -> list[str]:
+        """Greedy answers for a batch, padded with an attention mask, in one ``generate`` call."""
+        import torch
+
+        pad_id = self.model.config.pad_token_id or 0
+        width = max(len(tokens) for tokens in token_lists)
+        input_ids = torch.full((len(token_lists), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(token_lists), width), dtype=torch.long)
+        for row, tokens in enumerate(token_lists):
+            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            attention_mask[row, : len(tokens)] = 1
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+            )
+        return self.tokenizer.batch_decode(output, skip_special_tokens=True)
 
 
 class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedSeq2Seq]):
@@ -167,6 +192,7 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
         max_batch_size: int = 16,
         max_batch_duration_secs: float | None = None,
         group_by_length: bool = False,
+        model_copies: int | None = None,
     ):
         batching: dict[str, Any] = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
         if group_by_length:
@@ -184,6 +210,9 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
         self.max_new_tokens = max_new_tokens
         self.dtype = dtype
         self.require_gpu = require_gpu
+        if model_copies:
+            # Beam loads this many copies per worker and shares them across its SDK processes.
+            self._share_across_processes, self._model_copies = True, model_copies
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
         return dict(self._batching)
@@ -200,24 +229,7 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
         return LoadedSeq2Seq(model, load_tokenizer(model_dir), device)
 
     def _generate(self, loaded: LoadedSeq2Seq, token_lists: Sequence[list[int]]) -> list[str]:
-        import torch
-
-        pad_id = loaded.model.config.pad_token_id or 0
-        width = max(len(tokens) for tokens in token_lists)
-        input_ids = torch.full((len(token_lists), width), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(token_lists), width), dtype=torch.long)
-        for row, tokens in enumerate(token_lists):
-            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            attention_mask[row, : len(tokens)] = 1
-        with torch.inference_mode():
-            output = loaded.model.generate(
-                input_ids=input_ids.to(loaded.device),
-                attention_mask=attention_mask.to(loaded.device),
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-            )
-        return loaded.tokenizer.batch_decode(output, skip_special_tokens=True)
+        return loaded.generate(token_lists, self.max_new_tokens)
 
     def run_inference(
         self, batch: Sequence[PromptElement], model: LoadedSeq2Seq, inference_args: dict[str, Any] | None = None
@@ -337,26 +349,45 @@ def dead_letter_to_pubsub(letter: dict[str, Any]):
 # Pipeline
 
 
+def flag(value: str | bool = True) -> bool:
+    """A boolean flag given bare (``--require-gpu``) or with a value, as a Flex Template launcher passes it."""
+    if isinstance(value, bool):
+        return value
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {value!r}")
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
+    """Every option also has its underscore spelling, the one a Flex Template launcher passes."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-name", "--model_name", dest="model_name", required=True)
-    parser.add_argument("--state-dict-path", "--state_dict_path", dest="state_dict_path", required=True)
-    parser.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=16)
-    parser.add_argument("--max-input-tokens", dest="max_input_tokens", type=int, default=512)
-    parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto")
-    parser.add_argument("--require-gpu", dest="require_gpu", action="store_true")
-    parser.add_argument("--min-batch-size", dest="min_batch_size", type=int, default=1)
-    parser.add_argument("--max-batch-size", dest="max_batch_size", type=int, default=16)
-    parser.add_argument("--max-batch-duration-secs", dest="max_batch_duration_secs", type=float, default=0)
-    parser.add_argument("--group-by-length", dest="group_by_length", action="store_true",
-                        help="batch prompts of similar token length together (less padding)")
+
+    def option(name: str, **kwargs) -> None:
+        parser.add_argument(f"--{name}", f"--{name.replace('-', '_')}", dest=name.replace("-", "_"), **kwargs)
+
+    option("model-name", required=True)
+    option("state-dict-path", required=True)
+    option("max-new-tokens", type=int, default=16)
+    option("max-input-tokens", type=int, default=512)
+    option("dtype", choices=("auto", "bfloat16", "float32"), default="auto")
+    option("require-gpu", type=flag, nargs="?", const=True, default=False, help="fail when no GPU is visible")
+    option("min-batch-size", type=int, default=1)
+    option("max-batch-size", type=int, default=16)
+    option("max-batch-duration-secs", type=float, default=0)
+    option("model-copies", type=int, default=None,
+           help="model copies per worker, shared across the SDK processes (gpu.sharing: model_copies)")
+    option("accelerator-hint", default=None,
+           help="Beam's accelerator resource hint for the RunInference step alone (right fitting)")
+    option("group-by-length", type=flag, nargs="?", const=True, default=False,
+           help="batch prompts of similar token length together (less padding)")
     batch = parser.add_argument_group("batch mode")
     batch.add_argument("--input", help="JSONL prompts file")
     batch.add_argument("--output", help="directory (ending in /) or prefix for the JSONL outputs")
     streaming = parser.add_argument_group("streaming mode")
-    streaming.add_argument("--messages-subscription", "--messages_subscription", dest="messages_subscription")
-    streaming.add_argument("--responses-topic", "--responses_topic", dest="responses_topic")
-    streaming.add_argument("--dead-letter-topic", "--dead_letter_topic", dest="dead_letter_topic")
+    for name in ("messages-subscription", "responses-topic", "dead-letter-topic"):
+        streaming.add_argument(f"--{name}", f"--{name.replace('-', '_')}", dest=name.replace("-", "_"))
     return parser
 
 
@@ -395,6 +426,7 @@ def make_model_handler(args: argparse.Namespace, streaming: bool) -> Seq2SeqGene
         # Cross-bundle batching needs a stateful DoFn; it only makes sense in streaming.
         max_batch_duration_secs=args.max_batch_duration_secs if streaming else None,
         group_by_length=args.group_by_length,
+        model_copies=args.model_copies,
     )
 
 
@@ -422,7 +454,11 @@ def build_pipeline(
     validated = records | "Validate" >> beam.ParDo(
         ValidatePrompt(args.model_name, args.max_input_tokens)
     ).with_outputs(ValidatePrompt.DEAD_LETTER, main="prompts")
-    predictions, failures = validated.prompts | "RunInference" >> RunInference(handler).with_exception_handling()
+    run_inference = RunInference(handler).with_exception_handling()
+    if args.accelerator_hint:
+        # Right fitting: only this step asks for the GPU; reading, validating and writing run on CPU workers.
+        run_inference = run_inference.with_resource_hints(accelerator=args.accelerator_hint)
+    predictions, failures = validated.prompts | "RunInference" >> run_inference
     routed = predictions | "Route" >> beam.FlatMap(route_prediction).with_outputs(
         ValidatePrompt.DEAD_LETTER, main="answers"
     )
@@ -458,7 +494,8 @@ def build_pipeline(
             )
 
 
-def run(argv: Sequence[str] | None = None, save_main_session: bool = True, test_pipeline=None, model_handler=None):
+def run(argv: Sequence[str] | None = None, save_main_session: bool = True, test_pipeline=None, model_handler=None,
+        wait: bool = True):
     """Entry point, shaped like Beam's RunInference examples."""
     args, pipeline_args = parse_args(argv)
     options = PipelineOptions(pipeline_args)
@@ -472,7 +509,8 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True, test_
     result = pipeline.run()
     # gpuflow's launcher waits for this line before it reports the pipeline as started.
     log.info("gpuflow: pipeline running (%s)", "streaming" if args.messages_subscription else "batch")
-    result.wait_until_finish()
+    if wait:  # a Flex Template launcher returns once the job is submitted
+        result.wait_until_finish()
     return result
 
 

@@ -46,7 +46,7 @@ with DAG(
     build_container = BuildContainerOperator(task_id="build_container", config_json=config)
     verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output)
     launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=build_container.output, retries=0)
-    smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config)
+    smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config, launch_task_id="launch")
     cleanup = CleanupOperator(task_id="cleanup", config_json=config, launch_task_id="launch")
 
     preflight >> check_quota >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test >> cleanup

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from google.api_core.exceptions import NotFound
-from google.cloud import aiplatform_v1, artifactregistry_v1, compute_v1, dataflow_v1beta3
+from google.cloud import aiplatform_v1, artifactregistry_v1, compute_v1, dataflow_v1beta3, monitoring_v3
 from google.cloud.devtools import cloudbuild_v1
 
 from tests.helpers import ROOT
@@ -93,6 +93,7 @@ class FakeDataflow:
 
     def __init__(self, workers: FakeWorkers | None = None):
         self.requests: list[tuple[str, Any]] = []
+        self.staged: dict[str, dict] = {}  # template gs:// path -> the job request Beam staged there, as launched
         self.jobs: dict[str, FakeJob] = {}
         self.scripts: list[list] = []
         self.workers = workers
@@ -102,16 +103,28 @@ class FakeDataflow:
     def launch_template(self, request):
         assert isinstance(request, dataflow_v1beta3.LaunchTemplateRequest)
         self.requests.append(("launch_template", request))
-        name = request.launch_parameters.job_name
+        if self.workers is not None:  # keep what Beam staged: cleanup deletes it with the run's prefix
+            self.staged[request.gcs_path] = json.loads(read_gcs(self.workers.env, request.gcs_path))
+        return dataflow_v1beta3.LaunchTemplateResponse(job=self._start(
+            request.launch_parameters.job_name, request.location, request.gcs_path, request.project_id))
+
+    def _start(self, name: str, location: str, gcs_path: str, project_id: str):
         default = STREAMING_STARTS if "llm-inference" in name else BATCH_SUCCEEDS
-        job = FakeJob(id=f"2026-11-29_00_00_00-{next(self._ids)}", name=name, location=request.location,
-                      gcs_path=request.gcs_path, script=self.scripts.pop(0) if self.scripts else default)
+        job = FakeJob(id=f"2026-11-29_00_00_00-{next(self._ids)}", name=name, location=location,
+                      gcs_path=gcs_path, script=self.scripts.pop(0) if self.scripts else default)
         self.jobs[job.id] = job
         if self.workers and job.script in (STREAMING_STARTS, BATCH_SUCCEEDS):
             self.workers.start(job)
-        return dataflow_v1beta3.LaunchTemplateResponse(job=dataflow_v1beta3.Job(
-            id=job.id, name=name, project_id=request.project_id, location=request.location,
-            current_state=JobState.JOB_STATE_PENDING))
+        return dataflow_v1beta3.Job(id=job.id, name=name, project_id=project_id, location=location,
+                                    current_state=JobState.JOB_STATE_PENDING)
+
+    # FlexTemplatesServiceClient
+    def launch_flex_template(self, request):
+        assert isinstance(request, dataflow_v1beta3.LaunchFlexTemplateRequest)
+        self.requests.append(("launch_flex_template", request))
+        parameter = request.launch_parameter
+        return dataflow_v1beta3.LaunchFlexTemplateResponse(job=self._start(
+            parameter.job_name, request.location, parameter.container_spec_gcs_path, request.project_id))
 
     # JobsV1Beta3Client
     def get_job(self, request):
@@ -194,6 +207,13 @@ class FakeWorkers:
         if job.process is not None:
             stop_process_group(job.process.pid)
             job.process.wait(timeout=30)
+
+
+def read_gcs(env: dict[str, str], uri: str) -> str:
+    return subprocess.run([sys.executable, "-c", "import sys; from google.cloud import storage; b, _, n = "
+                           "sys.argv[1].removeprefix('gs://').partition('/'); print(storage.Client."
+                           "create_anonymous_client().bucket(b).blob(n).download_as_text())", uri],
+                          env=env, check=True, capture_output=True, text=True).stdout
 
 
 def write_gcs(env: dict[str, str], uri: str, text: str) -> None:
@@ -318,11 +338,40 @@ class FakeRegionsClient:
         return compute_v1.Region(name=request.region, quotas=quotas)
 
 
+class FakeMonitoring:
+    """Cloud Monitoring's MetricService: ListTimeSeries answers a GPU metric's points for the asked job.
+
+    ``utilization`` and ``memory`` are the values of every point (fractions, as Dataflow reports them);
+    ``empty_polls`` answers that many polls with no series first, as Monitoring does while metrics lag."""
+
+    def __init__(self, utilization: float = 0.63, memory: float = 0.41, empty_polls: int = 1, points: int = 4):
+        self.utilization, self.memory, self.empty_polls, self.points = utilization, memory, empty_polls, points
+        self.requests: list[Any] = []
+
+    def list_time_series(self, request):
+        assert isinstance(request, monitoring_v3.ListTimeSeriesRequest)
+        assert request.view == monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL
+        self.requests.append(request)
+        if self.empty_polls > 0:
+            self.empty_polls -= 1 if "memory" in request.filter else 0
+            return []
+        value = self.memory if "memory" in request.filter else self.utilization
+        job_id = request.filter.rsplit('job_id = "', 1)[1].rstrip('"')
+        start = request.interval.start_time
+        return [monitoring_v3.TimeSeries(
+            metric={"type": request.filter.split('"')[1], "labels": {"device_number": "0", "device_model": "L4"}},
+            resource={"type": "dataflow_job", "labels": {"job_id": job_id}},
+            points=[monitoring_v3.Point(interval={"end_time": {"seconds": int(start.timestamp()) + 60 * i}},
+                                        value={"double_value": value}) for i in range(self.points)],
+        )]
+
+
 class FakeGoogleCloud:
     """Stands in for gpuflow.platform.gcp_clients.GcpClients: the same methods, answering with the fakes."""
 
-    def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None):
+    def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None):
         self.registry = registry or FakeArtifactRegistry()
+        self.metrics = monitoring or FakeMonitoring()
         self.dataflow = dataflow or FakeDataflow()
         self.vertex = vertex or FakeVertex()
         self.build = build or FakeCloudBuild(self.registry)
@@ -341,7 +390,7 @@ class FakeGoogleCloud:
     def dataflow_jobs(self):
         return self.dataflow
 
-    dataflow_messages = dataflow_templates = dataflow_jobs
+    dataflow_messages = dataflow_templates = dataflow_flex_templates = dataflow_jobs
 
     def vertex_jobs(self, region):
         return self.vertex
@@ -354,6 +403,9 @@ class FakeGoogleCloud:
 
     def compute_regions(self):
         return self.regions
+
+    def monitoring(self):
+        return self.metrics
 
 
 def gcp_test_environment(emulator_env: dict[str, str], project: str, conn_id: str) -> dict[str, str]:

@@ -159,11 +159,20 @@ def launch_command_text(config, run_id: str) -> str:
 
         return "# the streaming pipeline on the local runner (emulators from `gpuflow emulators env`):\n" + \
             shlex.join(LocalPlatform(config).pipeline_command(argv)) + "\n"
-    from gpuflow.platform.gcp import job_name_for, staging_command, template_uri_for
+    from gpuflow.platform.gcp import flex_launch, job_name_for, staging_command, template_uri_for
 
     with tempfile.TemporaryDirectory() as scratch:
         image = image_for(config, render_context(config, names, Path(scratch)))
     job_name = job_name_for(names, config, "llm-inference")
+    if config.launch.mode == "flex_template":
+        _, request = flex_launch(config, names, "llm_inference", argv, image, job_name)
+        return "\n".join([
+            f"# run {run_id!r} of llm_streaming_inference (prefix {names.prefix}), image {image}",
+            "# launch.mode flex_template: no command runs in Airflow. The launch task writes the template file",
+            f"# {request.launch_parameter.container_spec_gcs_path} and sends this LaunchFlexTemplateRequest:",
+            type(request).to_json(request),
+            "",
+        ])
     return "\n".join([
         f"# run {run_id!r} of llm_streaming_inference (prefix {names.prefix}), image {image}",
         "# 1. Beam's DataflowRunner writes the job request to GCS (drop --template_location to submit directly):",

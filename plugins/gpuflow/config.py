@@ -86,6 +86,23 @@ class GpuConfig(_Section):
         default_factory=list,
         description="Tried in order on ZONE_RESOURCE_POOL_EXHAUSTED; each is checked by preflight first.",
     )
+    request: Literal["worker_accelerator", "resource_hint"] = Field(
+        "worker_accelerator",
+        description=(
+            "worker_accelerator: every worker gets the GPU (the worker_accelerator service option). resource_hint: "
+            "right fitting on Dataflow Prime, the accelerator hint on the RunInference step only, the other steps "
+            "on CPU workers. Never both."
+        ),
+    )
+    sharing: Literal["auto", "single_process", "mps", "model_copies"] = Field(
+        "auto",
+        description=(
+            "How SDK processes share the GPU. single_process: no_use_multiple_sdk_containers. mps: NVIDIA MPS "
+            "(more than one vCPU). model_copies: gpu.model_copies copies shared across processes. auto: "
+            "single_process when one model copy takes most of the GPU's memory, else Dataflow's default."
+        ),
+    )
+    model_copies: int = Field(1, ge=1, le=16, description="With sharing: model_copies, RunInference's model copies.")
 
 
 class WorkerConfig(_Section):
@@ -144,11 +161,25 @@ class ExportConfig(_Section):
         return value.rstrip("/")
 
 
+class LaunchConfig(_Section):
+    mode: Literal["direct", "flex_template"] = Field(
+        "direct",
+        description=(
+            "direct: Airflow's own Beam stages the job (its Beam and Python must match the image's; preflight "
+            "checks). flex_template: the worker image is also the Flex Template launcher, so they match by "
+            "construction."
+        ),
+    )
+
+
 class DataflowConfig(_Section):
     """gcp: how Dataflow jobs are launched, watched and stopped."""
 
     service_account: str | None = Field(
         None, description="Worker service account email. Empty: the Compute Engine default service account."
+    )
+    experiments: list[str] = Field(
+        default_factory=list, description="More Dataflow experiments; gpuflow adds use_runner_v2 and the sharing ones."
     )
     network: str | None = Field(None, description="VPC network of the workers. Empty: default.")
     subnetwork: str | None = Field(None, description="Subnetwork URL of the workers, e.g. regions/R/subnetworks/S.")
@@ -201,6 +232,24 @@ class InferenceConfig(_Section):
 class SmokeTestConfig(_Section):
     num_prompts: int = Field(8, ge=1, le=10000, description="Prompts the smoke test publishes.")
     timeout_s: float = Field(300, gt=0, description="How long the smoke test waits for every answer.")
+    gpu_usage: Literal["fail", "warn", "ignore"] = Field(
+        "fail",
+        description=(
+            "gcp: after the answers, read the job's GPU utilisation from Cloud Monitoring over the smoke test's "
+            "window; zero utilisation (the guide's 'no GPU usage') fails the task, or only warns."
+        ),
+    )
+    gpu_usage_timeout_s: float = Field(
+        300, gt=0, description="gcp: how long to wait for the GPU metrics to reach Cloud Monitoring (they lag)."
+    )
+    gpu_utilization_metric: str = Field(
+        "dataflow.googleapis.com/worker/accelerator/gpu/utilization",
+        description="Cloud Monitoring metric type of the GPU utilisation (Dataflow's per-device GPU metrics).",
+    )
+    gpu_memory_metric: str = Field(
+        "dataflow.googleapis.com/worker/accelerator/gpu/memory_utilization",
+        description="Cloud Monitoring metric type of the GPU memory utilisation.",
+    )
 
 
 class LocalConfig(_Section):
@@ -282,6 +331,7 @@ class GpuflowConfig(_Section):
     container: ContainerConfig = ContainerConfig()
     export: ExportConfig = ExportConfig()
     dataflow: DataflowConfig = DataflowConfig()
+    launch: LaunchConfig = LaunchConfig()
     pubsub: PubSubConfig = PubSubConfig()
     inference: InferenceConfig = InferenceConfig()
     smoke_test: SmokeTestConfig = SmokeTestConfig()

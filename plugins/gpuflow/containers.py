@@ -61,15 +61,37 @@ def render_recipe(config: GpuflowConfig, output_dir: Path, recipe: str | None = 
         raise ConfigError(f"container.recipe {recipe!r} does not exist. Fix: use one of {recipe_names()}.")
     output_dir.mkdir(parents=True, exist_ok=True)
     dockerfile = output_dir / "Dockerfile"
-    dockerfile.write_text(
-        string.Template(template_path.read_text()).substitute(
-            python_version=config.python_version, beam_version=config.beam_version
-        )
+    text = string.Template(template_path.read_text()).substitute(
+        python_version=config.python_version, beam_version=config.beam_version
     )
+    if config.launch.mode == "flex_template":
+        text = text.replace("\nENTRYPOINT", flex_launcher_lines(config) + "\nENTRYPOINT", 1)
+    dockerfile.write_text(text)
     (output_dir / "worker-requirements.txt").write_text(worker_requirements(config, recipe))
     shutil.copytree(beam_jobs_dir(), output_dir / "beam_jobs", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dockerfile
+
+
+#: Where the recipes put beam_jobs/ in the image, and the file the Flex Template launcher runs.
+IMAGE_BEAM_JOBS = "/opt/gpuflow/beam_jobs"
+FLEX_MAIN = f"{IMAGE_BEAM_JOBS}/flex_main.py"
+FLEX_LAUNCHER = "/opt/google/dataflow/python_template_launcher"
+
+
+def flex_launcher_base(config: GpuflowConfig) -> str:
+    return f"gcr.io/dataflow-templates-base/python{config.python_version.replace('.', '')}-template-launcher-base"
+
+
+def flex_launcher_lines(config: GpuflowConfig) -> str:
+    """launch.mode: flex_template: the worker image is its own launcher, so its Beam and Python launch the job."""
+    return (
+        "\n# launch.mode: flex_template. Dataflow starts this same image with the Flex Template launcher, which runs\n"
+        "# flex_main.py; the job is therefore pickled by the workers' own Beam and Python.\n"
+        f"COPY --from={flex_launcher_base(config)}:latest {FLEX_LAUNCHER} {FLEX_LAUNCHER}\n"
+        f"ENV FLEX_TEMPLATE_PYTHON_PY_FILE={FLEX_MAIN}\n"
+        f"ENV PYTHONPATH={IMAGE_BEAM_JOBS}\n"
+    )
 
 
 def context_digest(context_dir: Path) -> str:
@@ -109,4 +131,9 @@ def check_dockerfile(dockerfile: Path, config: GpuflowConfig) -> list[str]:
     env = " ".join(i["value"] for i in instructions if i["instruction"] == "ENV")
     if NVIDIA_LIBS not in env:
         problems.append(f"LD_LIBRARY_PATH does not include {NVIDIA_LIBS}, where Dataflow mounts the driver")
+    if config.launch.mode == "flex_template":
+        copies = " ".join(i["value"] for i in instructions if i["instruction"] == "COPY")
+        if FLEX_LAUNCHER not in copies or f"FLEX_TEMPLATE_PYTHON_PY_FILE={FLEX_MAIN}" not in env:
+            problems.append(f"launch.mode flex_template needs {FLEX_LAUNCHER} from {flex_launcher_base(config)} "
+                            f"and FLEX_TEMPLATE_PYTHON_PY_FILE={FLEX_MAIN}")
     return problems

@@ -37,8 +37,24 @@ class WorkerAccelerator:
 
 
 def worker_accelerator(config: GpuflowConfig) -> str:
-    """The option gpuflow sends: always with the driver, which Dataflow installs on the host."""
-    return WorkerAccelerator(config.gpu.type, config.gpu.count, install_driver=True).option()
+    """The option gpuflow sends: always with the driver, which Dataflow installs on the host; MPS when chosen."""
+    return WorkerAccelerator(config.gpu.type, config.gpu.count, install_driver=True,
+                             use_mps=effective_sharing(config) == "mps").option()
+
+
+def accelerator_hint(config: GpuflowConfig) -> str:
+    """Beam's ``accelerator`` resource hint for right fitting: the same tokens, without the option's name."""
+    return WorkerAccelerator(config.gpu.type, config.gpu.count, install_driver=True).option().removeprefix(PREFIX)
+
+
+def effective_sharing(config: GpuflowConfig) -> str:
+    """gpu.sharing, with ``auto`` decided from the memory one model copy takes ("default": Dataflow's own)."""
+    if config.gpu.sharing != "auto":
+        return config.gpu.sharing
+    from gpuflow.preflight.gpu_rules import SINGLE_PROCESS_SHARE, model_gpu_share
+
+    share = model_gpu_share(config)
+    return "single_process" if share is not None and share > SINGLE_PROCESS_SHARE else "default"
 
 
 def parse_worker_accelerator(option: str) -> WorkerAccelerator:

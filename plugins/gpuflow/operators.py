@@ -306,11 +306,24 @@ class LaunchPipelineOperator(GpuflowStepOperator):
             self._platform.stop_pipeline(self._handle)
 
 
-class SmokeTestOperator(GpuflowStepOperator):
-    def run_step(self, config, names, platform, context):
-        from gpuflow.steps.smoke import smoke_test
+def _pushed_handle(context: Any, launch_task_id: str):
+    from gpuflow.platform import JobHandle
 
-        return smoke_test(config, names, platform.conn_id)
+    pushed = context["ti"].xcom_pull(task_ids=launch_task_id, key=DataflowJobLink.source_key)
+    return JobHandle.model_validate(pushed) if pushed else None
+
+
+class SmokeTestOperator(GpuflowStepOperator):
+    """Asks the pipeline questions; on gcp then checks that its GPUs really worked (Cloud Monitoring)."""
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.smoke import NoGpuUsage, smoke_test
+
+        try:
+            return smoke_test(config, names, platform.conn_id, platform=platform,
+                              handle=_pushed_handle(context, self.launch_task_id))
+        except NoGpuUsage as error:
+            raise AirflowFailException(str(error)) from None
 
 
 class CleanupOperator(GpuflowStepOperator):
@@ -319,12 +332,9 @@ class CleanupOperator(GpuflowStepOperator):
     ui_color = "#f8d7da"
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.platform import JobHandle
         from gpuflow.steps.cleanup import cleanup
 
-        pushed = context["ti"].xcom_pull(task_ids=self.launch_task_id, key="job_handle")
-        handle = JobHandle.model_validate(pushed) if pushed else None
-        return cleanup(config, names, platform, handle)
+        return cleanup(config, names, platform, _pushed_handle(context, self.launch_task_id))
 
 
 # -- dataproc_gpu_batch -----------------------------------------------------------------------------

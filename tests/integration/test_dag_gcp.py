@@ -45,8 +45,9 @@ CONF = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dag(airflow_db):
+    """A fresh DAG per test: dag.test() keeps a run's conf in the DAG's Params, so a mode would leak on."""
     from airflow.dag_processing.dagbag import DagBag
 
     from tests.helpers import ROOT
@@ -170,3 +171,56 @@ def test_requests_are_the_api_types(cloud):
         cloud.build.create_build(cloudbuild_v1.Build())
     with pytest.raises(AssertionError):
         cloud.vertex.get_custom_job(aiplatform_v1.CustomJob(name="projects/p/locations/l/customJobs/1"))
+
+
+MODES = {
+    # right fitting with model copies shared across processes
+    "resource_hint+model_copies": ({"gpu__request": "resource_hint", "gpu__sharing": "model_copies",
+                                    "gpu__model_copies": 2}, ["enable_prime"], False),
+    # one SDK process per worker
+    "single_process": ({"gpu__sharing": "single_process"},
+                       ["worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"], True),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(dag, cloud, mode):
+    extra, service_options, single_process = MODES[mode]
+    run = dag.test(run_conf={**CONF, **extra})
+    assert run.state == DagRunState.SUCCESS, task_states(run)
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    gcs = GCSHook(gcp_conn_id="google_cloud_default")
+    launch = cloud.dataflow.calls("launch_template")[-1]  # the streaming job
+    assert launch.launch_parameters.job_name.endswith("-llm-inference-us-central1-l4")
+    # The launch restates the experiments; the staged request (kept by the fake at launch: cleanup deletes the
+    # run's prefix) carries the service options.
+    assert ("no_use_multiple_sdk_containers" in launch.launch_parameters.environment.additional_experiments) is (
+        single_process)
+    staged = cloud.dataflow.staged[launch.gcs_path]
+    assert staged["environment"]["serviceOptions"] == service_options
+    assert not gcs.list(BUCKET, prefix=f"gpuflow/{run_prefix(DAG_ID, run.run_id)}/")
+
+
+def test_flex_template_mode_with_mps_runs_the_dag_without_staging_in_airflow(dag, cloud):
+    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "gpu__sharing": "mps",
+                             "gpu__machine_type": "g2-standard-8"})
+    assert run.state == DagRunState.SUCCESS, task_states(run)
+    launches = cloud.dataflow.calls("launch_flex_template")
+    assert [r.launch_parameter.parameters["gpuflow_job"] for r in launches] == ["gpu_check", "llm_inference"]
+    assert cloud.dataflow.calls("launch_template") == []
+    assert launches[-1].launch_parameter.parameters["dataflow_service_options"].endswith(";use_nvidia_mps")
+    smoke = {t.task_id: t for t in run.get_task_instances()}["smoke_test"].xcom_pull(task_ids="smoke_test")
+    assert smoke["gpu_usage"]["max_utilization"] == 0.63  # read back from (fake) Cloud Monitoring
+
+
+def test_a_job_whose_gpus_stay_idle_fails_the_smoke_test_and_is_cleaned_up(dag, cloud):
+    from tests.gcp_fakes import FakeMonitoring
+
+    cloud.metrics = FakeMonitoring(utilization=0.0, memory=0.0)
+    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template"})
+    states = task_states(run)
+    assert run.state == DagRunState.FAILED
+    assert (states["launch"], states["smoke_test"], states["cleanup"]) == (
+        TaskInstanceState.SUCCESS, TaskInstanceState.FAILED, TaskInstanceState.SUCCESS)
+    assert leftovers(run) == NOTHING_LEFT

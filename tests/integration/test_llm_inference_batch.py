@@ -113,3 +113,13 @@ def test_model_is_built_in_the_inference_dtype_without_random_init(exported_mode
         if name in saved:
             assert torch.equal(tensor, saved[name].float()), name
     assert model.lm_head.weight.data_ptr() == model.shared.weight.data_ptr()  # tied, not a second copy
+
+
+def test_model_copies_shared_across_processes_answer_as_generate_alone(tmp_path, exported_model, reference_generate):
+    """gpu.sharing: model_copies: Beam's multi-process sharing serves the model; answers do not change."""
+    prompts = {f"p{i}": f"the green mountain by the river {i}" for i in range(6)}
+    lines = [json.dumps({"id": key, "prompt": prompt}) for key, prompt in prompts.items()]
+    answers, dead_letters = run_batch(tmp_path, exported_model, lines, extra=("--model-copies", "2"))
+    assert dead_letters == []
+    assert {a["id"]: a["response"] for a in answers} == {
+        key: reference_generate(prompt, MAX_NEW_TOKENS) for key, prompt in prompts.items()}

@@ -55,27 +55,27 @@ class CloudBuildFailed(RuntimeError):
 # -- the Dataflow options, as pure functions (the CLI prints them) ----------------------------------------------
 
 
-def needs_single_process(config: GpuflowConfig) -> bool:
-    """One SDK process per worker when one model copy takes most of the GPU (the guide's OOM advice)."""
-    from gpuflow.preflight.gpu_rules import SINGLE_PROCESS_SHARE, model_gpu_share
-
-    share = model_gpu_share(config)
-    return share is not None and share > SINGLE_PROCESS_SHARE
-
-
 def service_options(config: GpuflowConfig) -> list[str]:
-    """The configured service options, with gpuflow's worker_accelerator unless one was written by hand."""
+    """The configured service options, plus how the GPU is asked for.
+
+    worker_accelerator: gpuflow's option unless one was written by hand. resource_hint: Dataflow Prime
+    (``enable_prime``) and no worker_accelerator at all; the hint sits on the RunInference step.
+    """
     from gpuflow.gpu_options import PREFIX, worker_accelerator
 
     options = list(config.dataflow_service_options)
+    if config.gpu.request == "resource_hint":
+        return options if "enable_prime" in options else [*options, "enable_prime"]
     if not any(option.startswith(PREFIX) for option in options):
         options.append(worker_accelerator(config))
     return options
 
 
 def experiments(config: GpuflowConfig) -> list[str]:
-    chosen = ["use_runner_v2"]
-    if needs_single_process(config):
+    from gpuflow.gpu_options import effective_sharing
+
+    chosen = ["use_runner_v2", *config.dataflow.experiments]
+    if effective_sharing(config) == "single_process" and "no_use_multiple_sdk_containers" not in chosen:
         chosen.append("no_use_multiple_sdk_containers")
     return chosen
 
@@ -148,6 +148,68 @@ def runtime_environment(config: GpuflowConfig, names: ResourceNames):
         additional_experiments=experiments(config),
         additional_user_labels={"gpuflow-run": names.prefix},
     )
+
+
+def flex_parameters(job: str, argv: list[str], config: GpuflowConfig) -> dict[str, str]:
+    """A gpuflow job's arguments as Flex Template parameters: ``--max-new-tokens 16`` -> max_new_tokens=16.
+
+    The launcher passes each back as ``--max_new_tokens=16``; bare flags become ``true``."""
+    parameters = {"gpuflow_job": job}
+    tokens = list(argv)
+    while tokens:
+        name = tokens.pop(0).removeprefix("--").replace("-", "_")
+        value = tokens.pop(0) if tokens and not tokens[0].startswith("--") else "true"
+        parameters[name] = value
+    parameters["dataflow_service_options"] = ",".join(service_options(config))
+    return parameters
+
+
+def flex_template_spec(image: str, parameter_names: list[str]) -> dict[str, Any]:
+    """The Flex Template file: the image that launches (and runs) the job, and the parameters it takes."""
+    return {
+        "image": image,
+        "sdkInfo": {"language": "PYTHON"},
+        "metadata": {
+            "name": "gpuflow",
+            "description": "gpuflow's Beam jobs (llm_inference, gpu_check), launched from their own worker image",
+            "parameters": [{"name": name, "label": name, "helpText": f"gpuflow job argument {name}",
+                            "isOptional": name != "gpuflow_job"} for name in parameter_names],
+        },
+    }
+
+
+def flex_runtime_environment(config: GpuflowConfig, names: ResourceNames, image: str):
+    from google.cloud import dataflow_v1beta3
+
+    return dataflow_v1beta3.FlexTemplateRuntimeEnvironment(
+        max_workers=config.worker.max_num_workers,
+        machine_type=config.gpu.machine_type,
+        disk_size_gb=config.worker.disk_size_gb,
+        temp_location=names.gcs_uri("tmp"),
+        staging_location=names.gcs_uri("staging"),
+        sdk_container_image=image,
+        service_account_email=config.dataflow.service_account or "",
+        network=config.dataflow.network or "",
+        subnetwork=config.dataflow.subnetwork or "",
+        worker_zone=config.gpu.zone or "",
+        additional_experiments=experiments(config),
+        additional_user_labels={"gpuflow-run": names.prefix},
+    )
+
+
+def flex_launch(config: GpuflowConfig, names: ResourceNames, job: str, argv: list[str], image: str,
+                job_name: str) -> tuple[dict[str, Any], Any]:
+    """The Flex Template file and the LaunchFlexTemplateRequest that starts it (the CLI prints the request)."""
+    from google.cloud import dataflow_v1beta3
+
+    parameters = flex_parameters(job, argv, config)
+    request = dataflow_v1beta3.LaunchFlexTemplateRequest(
+        project_id=config.project, location=config.region,
+        launch_parameter=dataflow_v1beta3.LaunchFlexTemplateParameter(
+            job_name=job_name, container_spec_gcs_path=names.gcs_uri("templates", f"{job_name}.flex.json"),
+            parameters=parameters, environment=flex_runtime_environment(config, names, image)),
+    )
+    return flex_template_spec(image, sorted(parameters)), request
 
 
 def sdk_python_of(template: dict[str, Any]) -> str | None:
@@ -382,10 +444,29 @@ class GcpPlatform:
         url = f"{CONSOLE}/dataflow/jobs/{region}/{job_id}?project={self.config.project}"
         return JobHandle(kind="dataflow", id=job_id, name=job_name, location=region, url=url)
 
+    def start_flex_template(self, job: str, argv: list[str], names: ResourceNames, image: str,
+                            job_name: str) -> JobHandle:
+        """launch.mode flex_template: write the template file, then launch it; the image pickles its own job."""
+        spec, request = flex_launch(self.config, names, job, argv, image, job_name)
+        spec_uri = request.launch_parameter.container_spec_gcs_path
+        self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
+                           data=json.dumps(spec, indent=2), mime_type="application/json")
+        response = self.clients.dataflow_flex_templates().launch_flex_template(request=request)
+        handle = self._handle(response.job.id, job_name, self.config.region)
+        log.info("Dataflow job %s started from the Flex Template %s: %s", handle.id, spec_uri, handle.url)
+        return handle
+
+    def start_job(self, script: str, argv: list[str], names: ResourceNames, image: str, job_name: str,
+                  streaming: bool) -> JobHandle:
+        """Stage with Airflow's Beam and start (direct), or start as a Flex Template from the image itself."""
+        if self.config.launch.mode == "flex_template":
+            return self.start_flex_template(script.removesuffix(".py"), argv, names, image, job_name)
+        template_uri, _ = self.stage_template(script, argv, names, image, job_name, streaming)
+        return self.start_template(template_uri, job_name, names)
+
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "") -> JobHandle:
         job_name = job_name_for(names, self.config, "llm-inference")
-        template_uri, _ = self.stage_template("llm_inference.py", argv, names, image, job_name, streaming=True)
-        return self.start_template(template_uri, job_name, names)
+        return self.start_job("llm_inference.py", argv, names, image, job_name, streaming=True)
 
     def _job_state(self, handle: JobHandle):
         from google.cloud import dataflow_v1beta3
@@ -525,8 +606,7 @@ class GcpPlatform:
         if self.config.require_gpu:
             argv.append("--require-gpu")
         job_name = job_name_for(names, self.config, "gpu-check")
-        template_uri, _ = self.stage_template("gpu_check.py", argv, names, image, job_name, streaming=False)
-        handle = self.start_template(template_uri, job_name, names)
+        handle = self.start_job("gpu_check.py", argv, names, image, job_name, streaming=False)
         try:
             self.wait_for_job(handle, "done")
         except BaseException:
@@ -534,6 +614,43 @@ class GcpPlatform:
             raise
         report = json.loads(self._gcs().download(names.bucket, report_uri.removeprefix(f"gs://{names.bucket}/")))
         return {**report, "job_id": handle.id}
+
+    def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:
+        """The job's GPU and GPU memory utilisation over [started, ended] (epoch seconds), from Cloud Monitoring.
+
+        Dataflow's workers send their GPU metrics with a delay, so this waits (smoke_test.gpu_usage_timeout_s)
+        until both series have points in the window."""
+        from google.cloud import monitoring_v3
+
+        if handle is None:
+            return {"source": "cloud-monitoring", "note": "no Dataflow job handle (launch pushed none)"}
+        smoke = self.config.smoke_test
+        interval = monitoring_v3.TimeInterval(start_time={"seconds": int(started)}, end_time={"seconds": int(ended) + 1})
+        readings: dict[str, list[float]] = {}
+
+        def read_all() -> bool:
+            for label, metric in (("utilization", smoke.gpu_utilization_metric),
+                                  ("memory_utilization", smoke.gpu_memory_metric)):
+                series = self.clients.monitoring().list_time_series(request=monitoring_v3.ListTimeSeriesRequest(
+                    name=f"projects/{self.config.project}",
+                    filter=f'metric.type = "{metric}" AND resource.labels.job_id = "{handle.id}"',
+                    interval=interval, view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL))
+                readings[label] = [point.value.double_value or float(point.value.int64_value)
+                                   for one in series for point in one.points]
+            if all(readings.values()):
+                return True
+            log.info("waiting for the GPU metrics of job %s to reach Cloud Monitoring", handle.id)
+            return False
+
+        try:
+            self._wait("GPU metrics", smoke.gpu_usage_timeout_s, read_all)
+        except TimeoutError:
+            return {"source": "cloud-monitoring", "job_id": handle.id, "samples": 0,
+                    "note": f"no GPU metrics for job {handle.id} within {smoke.gpu_usage_timeout_s:.0f}s"}
+        return {"source": "cloud-monitoring", "job_id": handle.id, "samples": len(readings["utilization"]),
+                "max_utilization": max(readings["utilization"]),
+                "mean_utilization": sum(readings["utilization"]) / len(readings["utilization"]),
+                "max_memory_utilization": max(readings["memory_utilization"])}
 
     def gpu_capacity(self) -> dict[str, Any]:
         from gpuflow.quota import regional_gpu_quota

@@ -50,6 +50,16 @@ class GcpClients:
 
         return dataflow_v1beta3.TemplatesServiceClient(**self._client_kwargs())
 
+    def dataflow_flex_templates(self):
+        from google.cloud import dataflow_v1beta3
+
+        return dataflow_v1beta3.FlexTemplatesServiceClient(**self._client_kwargs())
+
+    def monitoring(self):
+        from google.cloud import monitoring_v3
+
+        return monitoring_v3.MetricServiceClient(**self._client_kwargs())
+
     def vertex_jobs(self, region: str):
         from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
 

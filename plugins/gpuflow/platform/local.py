@@ -127,6 +127,21 @@ class LocalPlatform:
         run_logged(command, self.subprocess_env(), "GPU check pipeline")
         return json.loads(report_path.read_text())
 
+    def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:
+        """nvidia-smi's readings now, where a GPU exists; otherwise says plainly that there is none."""
+        nvidia_smi = shutil.which("nvidia-smi")
+        if not nvidia_smi:
+            return {"source": "nvidia-smi", "gpus": [], "note": "no GPU on this machine: inference ran on the CPU"}
+        query = subprocess.run([nvidia_smi, "--query-gpu=name,utilization.gpu,utilization.memory",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        gpus = []
+        for line in query.stdout.strip().splitlines():
+            name, utilization, memory = (part.strip() for part in line.split(","))
+            gpus.append({"name": name, "utilization": float(utilization) / 100,
+                         "memory_utilization": float(memory) / 100})
+        return {"source": "nvidia-smi", "gpus": gpus,
+                "max_utilization": max((g["utilization"] for g in gpus), default=0.0)}
+
     def gpu_capacity(self) -> dict[str, Any]:
         nvidia_smi = shutil.which("nvidia-smi")
         if nvidia_smi:

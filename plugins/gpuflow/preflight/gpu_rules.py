@@ -5,6 +5,7 @@ Each rule reads the catalog (plugins/gpuflow/catalog/*.yaml), not if-chains.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from gpuflow import catalog
@@ -155,6 +156,9 @@ def model_gpu_share(config: GpuflowConfig) -> float | None:
 
 
 def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
+    """The copy must fit the GPU and the worker; how copies share the GPU is gpu_request_and_sharing's."""
+    from gpuflow.gpu_options import effective_sharing
+
     gpu = catalog.gpu_type(config.gpu.type)
     machine = catalog.machine_spec(config.gpu.machine_type)
     parameters_m = _model_parameters_m(config)
@@ -171,17 +175,75 @@ def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
     if share > 1:
         yield error("gpu.type", f"the model does not fit: {numbers}",
                     "use a GPU with more memory (nvidia-a100-80gb), bfloat16, or a smaller model")
-    elif share > SINGLE_PROCESS_SHARE:
-        yield info("gpu.type", f"one model copy takes {share:.0%} of the GPU: {numbers}; with one SDK process per "
-                   "vCPU each would load its own copy and run out of GPU memory",
-                   "gpuflow launches with --experiments=no_use_multiple_sdk_containers (one process per worker)")
-    elif machine is not None and machine.vcpus > 1 and share * machine.vcpus > 1:
+    elif share <= SINGLE_PROCESS_SHARE and machine is not None and machine.vcpus > 1 and share * machine.vcpus > 1 \
+            and effective_sharing(config) == "default":
         yield warning("gpu.machine_type", f"{machine.vcpus} SDK processes would share the GPU, one model copy each "
-                      f"({numbers})", "enable NVIDIA MPS (use_nvidia_mps) or use no_use_multiple_sdk_containers")
+                      f"({numbers})", "set gpu.sharing: mps (NVIDIA MPS), single_process or model_copies")
     if machine is not None and needed_gb > machine.memory_gb * 0.8:
         yield error("gpu.machine_type", f"{machine.name} has {machine.memory_gb:g} GB of memory; loading the model "
                     f"needs about {needed_gb:.1f} GB on the worker too",
                     "use a machine type with more memory")
+
+
+def custom_machine_valid(config: GpuflowConfig) -> Iterator[Finding]:
+    """N1 custom types: 1 or an even number of vCPUs, memory in 256 MB steps, 0.9 to 6.5 GB a vCPU unless -ext."""
+    found = re.fullmatch(r"(?:n1-)?custom-(\d+)-(\d+)(-ext)?", config.gpu.machine_type)
+    if not found:
+        return
+    vcpus, memory_mb, extended = int(found.group(1)), int(found.group(2)), bool(found.group(3))
+    name = config.gpu.machine_type
+    if vcpus != 1 and vcpus % 2:
+        yield error("gpu.machine_type", f"{name}: an N1 custom type has 1 or an even number of vCPUs",
+                    f"use n1-custom-{vcpus + 1}-{memory_mb} or n1-custom-1-...")
+    if memory_mb % 256:
+        yield error("gpu.machine_type", f"{name}: custom memory must be a multiple of 256 MB",
+                    f"use n1-custom-{vcpus}-{(memory_mb // 256 + 1) * 256}{'-ext' if extended else ''}")
+    per_vcpu_gb = memory_mb / 1024 / vcpus
+    if per_vcpu_gb < 0.9:
+        yield error("gpu.machine_type", f"{name}: {per_vcpu_gb:.2f} GB a vCPU is below N1's 0.9 GB",
+                    "give the custom type more memory")
+    elif per_vcpu_gb > 6.5 and not extended:
+        yield error("gpu.machine_type", f"{name}: {per_vcpu_gb:.1f} GB a vCPU needs extended memory",
+                    f"append -ext: n1-custom-{vcpus}-{memory_mb}-ext")
+
+
+def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
+    """How the GPU is asked for and shared; explains the choice with the memory numbers (the guides' advice)."""
+    from gpuflow.gpu_options import PREFIX, effective_sharing
+
+    machine = catalog.machine_spec(config.gpu.machine_type)
+    gpu = catalog.gpu_type(config.gpu.type)
+    share, needed_gb = model_gpu_share(config), _model_memory_gb(config)
+    sharing = effective_sharing(config)
+    hand_written = [o for o in config.dataflow_service_options if o.startswith(PREFIX)]
+    if config.gpu.request == "resource_hint" and hand_written:
+        yield error("gpu.request", "resource_hint puts the GPU on the RunInference step; a worker_accelerator in "
+                    "dataflow_service_options would give every worker a GPU as well",
+                    "remove worker_accelerator from dataflow_service_options (use one or the other, never both)")
+    if sharing == "mps":
+        if "no_use_multiple_sdk_containers" in config.dataflow.experiments:
+            yield error("gpu.sharing", "MPS shares the GPU between several SDK processes, and "
+                        "no_use_multiple_sdk_containers leaves only one", "drop one: mps or single_process")
+        if machine is not None and machine.vcpus <= 1:
+            yield error("gpu.sharing", f"MPS helps Python pipelines on workers with more than one vCPU; "
+                        f"{machine.name} has {machine.vcpus}", "use a machine type with more vCPUs, or sharing: auto")
+        if config.gpu.request == "resource_hint":
+            yield error("gpu.sharing", "gpuflow turns MPS on through worker_accelerator (use_nvidia_mps), which "
+                        "resource_hint does not send", "use gpu.request: worker_accelerator with mps")
+    if sharing == "model_copies" and share is not None and gpu is not None:
+        total = share * config.gpu.model_copies
+        if total > 1:
+            yield error("gpu.model_copies", f"{config.gpu.model_copies} copies of {needed_gb:.1f} GB do not fit in "
+                        f"one {gpu.name}'s {gpu.memory_gb} GB", f"set gpu.model_copies to {max(1, int(1 / share))}")
+    if sharing == "single_process" and machine is not None and machine.vcpus == 1:
+        yield info("gpu.sharing", f"{machine.name} has one vCPU, so it runs one SDK process anyway",
+                   "no_use_multiple_sdk_containers is still sent; a single-vCPU custom type is the guide's alternative")
+    if config.profile == "gcp" and config.gpu.sharing == "auto" and share is not None and gpu is not None \
+            and machine is not None:
+        chosen = "one SDK process per worker (no_use_multiple_sdk_containers)" if sharing == "single_process" \
+            else f"Dataflow's default of one SDK process per vCPU ({machine.vcpus}), each with its own copy"
+        yield info("gpu.sharing", f"one model copy needs about {needed_gb:.1f} GB, {share:.0%} of one "
+                   f"{gpu.name} ({gpu.memory_gb} GB)", f"gpuflow uses {chosen}")
 
 
 def region_offers_gpu(config: GpuflowConfig) -> Iterator[Finding]:
@@ -209,6 +271,8 @@ GPU_RULES = [
     container_cuda_for_gpu,
     dtype_for_gpu,
     model_memory_fits,
+    custom_machine_valid,
+    gpu_request_and_sharing,
     region_offers_gpu,
     zone_not_pinned,
 ]

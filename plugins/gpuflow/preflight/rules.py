@@ -109,7 +109,11 @@ CONFIG_RULES: list[Rule] = [
 
 
 def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Finding]:
-    """The launcher pickles the pipeline; the container must unpickle it with the same Beam and Python."""
+    """The launcher pickles the pipeline; the container must unpickle it with the same Beam and Python.
+
+    Only in launch.mode direct: a Flex Template launches from the worker image itself."""
+    if config.launch.mode == "flex_template" and config.profile == "gcp":
+        return
     local_python = f"{sys.version_info.major}.{sys.version_info.minor}"
     if local_python != config.python_version:
         yield error(

@@ -32,6 +32,12 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
         argv.append("--require-gpu")
     if config.inference.group_by_length:
         argv.append("--group-by-length")
+    if config.gpu.request == "resource_hint" and config.profile == "gcp":
+        from gpuflow.gpu_options import accelerator_hint
+
+        argv += ["--accelerator-hint", accelerator_hint(config)]
+    if config.gpu.sharing == "model_copies":
+        argv += ["--model-copies", str(config.gpu.model_copies)]
     return argv
 
 

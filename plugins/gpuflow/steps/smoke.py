@@ -49,11 +49,46 @@ def pull_all(pubsub, project: str, subscription: str, max_messages: int = 100) -
     return [(dict(r.message.attributes), r.message.data) for r in received]
 
 
+class NoGpuUsage(RuntimeError):
+    pass
+
+
+def format_gpu_usage(usage: dict[str, Any]) -> str:
+    if "max_utilization" not in usage or usage.get("source") == "nvidia-smi" and not usage.get("gpus"):
+        return f"GPU usage ({usage.get('source')}): {usage.get('note', 'no readings')}"
+    if usage["source"] == "nvidia-smi":
+        return "GPU usage (nvidia-smi): " + ", ".join(
+            f"{g['name']} {g['utilization']:.0%} busy, memory {g['memory_utilization']:.0%}" for g in usage["gpus"])
+    return (f"GPU usage (Cloud Monitoring, job {usage['job_id']}, {usage['samples']} samples): utilisation max "
+            f"{usage['max_utilization']:.0%}, mean {usage['mean_utilization']:.0%}; memory utilisation max "
+            f"{usage['max_memory_utilization']:.0%}")
+
+
+def check_gpu_usage(config: GpuflowConfig, usage: dict[str, Any]) -> None:
+    """The guide's "no GPU usage": answers came back, but the GPU did not work for them."""
+    log.info("%s", format_gpu_usage(usage))
+    if config.profile != "gcp" or config.smoke_test.gpu_usage == "ignore" or "max_utilization" not in usage:
+        if config.profile == "gcp" and "note" in usage:
+            log.warning("%s; the GPU check was not possible", usage["note"])
+        return
+    if usage["max_utilization"] > 0:
+        return
+    message = (f"the job's GPUs stayed at 0% utilisation while it answered the smoke test ({usage['samples']} "
+               "samples): inference ran on the CPU. Fix: set require_gpu: true so a worker without a GPU fails, "
+               "check worker_accelerator (install-nvidia-driver) and that the image has a CUDA build of torch.")
+    if config.smoke_test.gpu_usage == "fail":
+        raise NoGpuUsage(message)
+    log.warning("%s", message)
+
+
 def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
-               prompts: list[str] | None = None) -> dict[str, Any]:
-    """Publish the prompts with ids; pull answers and dead letters until all are back or time runs out."""
+               prompts: list[str] | None = None, platform=None, handle=None) -> dict[str, Any]:
+    """Publish the prompts with ids; pull answers and dead letters until all are back or time runs out.
+
+    With a platform, then read how busy the job's GPUs were over the same window."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
+    window_start = time.time()
     pubsub = PubSubHook(gcp_conn_id=conn_id)
     prompts = prompts or smoke_prompts(config.smoke_test.num_prompts)
     batch = uuid.uuid4().hex[:8]
@@ -94,4 +129,8 @@ def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
             f"no answer within {config.smoke_test.timeout_s:.0f}s for: {missing or 'none'}. "
             "Fix: read the pipeline log (launch task) and raise smoke_test.timeout_s if the model is slow to load."
         )
-    return {"answered": len(answers), "sent": len(sent), "answers": rows}
+    result = {"answered": len(answers), "sent": len(sent), "answers": rows}
+    if platform is not None:
+        result["gpu_usage"] = platform.gpu_usage(handle, window_start, time.time())
+        check_gpu_usage(config, result["gpu_usage"])
+    return result

@@ -1,0 +1,203 @@
+"""Every way the guides ask for, share and watch a GPU: what each mode sends, and the GPU usage check."""
+
+import os
+import subprocess
+
+import pytest
+from google.cloud import monitoring_v3
+
+from gpuflow.config import load_config
+from gpuflow.naming import resource_names
+from gpuflow.platform import JobHandle
+from gpuflow.platform.gcp import GcpPlatform, dataflow_options, experiments, flex_parameters, service_options
+from gpuflow.platform.local import LocalPlatform
+from gpuflow.steps.launch import pipeline_argv
+from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
+from tests.gcp_fakes import FakeGoogleCloud, FakeMonitoring
+from tests.helpers import GCP_TEST_PROJECT
+
+L4 = "type:nvidia-l4;count:1;install-nvidia-driver"
+
+
+def gcp_config(*overrides):
+    return load_config("configs/gcp.example.yaml", overrides=[
+        f"project={GCP_TEST_PROJECT}", "dataflow.poll_interval_s=0.001", *overrides])
+
+
+def options_of(config):
+    names = resource_names(config, "gf-0123456789")
+    return dataflow_options(config, names, "img:1", "job", True, None), pipeline_argv(config, names)
+
+
+def test_worker_accelerator_is_the_default_request():
+    options, argv = options_of(gcp_config())
+    assert f"--dataflow_service_options=worker_accelerator={L4}" in options
+    assert "--accelerator-hint" not in argv and "--dataflow_service_options=enable_prime" not in options
+
+
+def test_resource_hint_asks_on_the_inference_step_with_prime_and_never_sends_worker_accelerator():
+    options, argv = options_of(gcp_config("gpu.request=resource_hint"))
+    assert argv[argv.index("--accelerator-hint") + 1] == L4
+    assert "--dataflow_service_options=enable_prime" in options
+    assert not [o for o in options if "worker_accelerator" in o]
+
+
+@pytest.mark.parametrize(("overrides", "single_process"), [
+    (["model.name=google/flan-t5-large"], False),                  # 16% of an L4: Dataflow's default
+    (["model.name=google/flan-t5-xxl", "gpu.type=nvidia-tesla-a100", "gpu.machine_type=a2-highgpu-1g"], True),
+    (["model.name=google/flan-t5-large", "gpu.sharing=single_process"], True),
+    (["model.name=google/flan-t5-xxl", "gpu.type=nvidia-tesla-a100", "gpu.machine_type=a2-highgpu-1g",
+      "gpu.sharing=mps"], False),
+])
+def test_sharing_decides_the_single_process_experiment(overrides, single_process):
+    config = gcp_config(*overrides)
+    assert ("no_use_multiple_sdk_containers" in experiments(config)) is single_process
+
+
+def test_mps_rides_on_worker_accelerator():
+    config = gcp_config("gpu.sharing=mps", "gpu.machine_type=g2-standard-8")
+    assert service_options(config) == [f"worker_accelerator={L4};use_nvidia_mps"]
+
+
+def test_model_copies_reach_runinference():
+    _, argv = options_of(gcp_config("gpu.sharing=model_copies", "gpu.model_copies=2"))
+    assert argv[argv.index("--model-copies") + 1] == "2"
+
+
+def test_the_handler_shares_its_copies_across_processes():
+    import llm_inference
+
+    handler = llm_inference.Seq2SeqGenerateHandler("m", "m/state_dict.pth", model_copies=2)
+    assert (handler.share_model_across_processes(), handler.model_copies()) == (True, 2)
+    plain = llm_inference.Seq2SeqGenerateHandler("m", "m/state_dict.pth")
+    assert (plain.share_model_across_processes(), plain.model_copies()) == (False, 1)
+
+
+def test_flex_template_parameters_are_the_jobs_arguments_with_underscores():
+    config = gcp_config("gpu.sharing=model_copies", "gpu.model_copies=2")
+    names = resource_names(config, "gf-0123456789")
+    parameters = flex_parameters("llm_inference", pipeline_argv(config, names), config)
+    assert parameters["gpuflow_job"] == "llm_inference"
+    assert parameters["model_name"] == names.model_dir_uri
+    assert parameters["max_new_tokens"] == "64" and parameters["model_copies"] == "2"
+    assert parameters["require_gpu"] == "true" and parameters["group_by_length"] == "true"
+    assert parameters["dataflow_service_options"] == f"worker_accelerator={L4}"
+
+    import llm_inference  # the launcher passes them back as --name=value; the job's parser takes that form
+
+    args, _ = llm_inference.parse_args([f"--{k}={v}" for k, v in parameters.items() if k not in (
+        "gpuflow_job", "dataflow_service_options")])
+    assert (args.model_copies, args.require_gpu, args.group_by_length, args.max_new_tokens) == (2, True, True, 64)
+
+
+# -- GPU usage: Cloud Monitoring (gcp), nvidia-smi (local) ------------------------------------------------------
+
+
+def handle():
+    return JobHandle(kind="dataflow", id="2026-11-29_01_02_03-77", name="gf-x-llm-inference", location="us-central1")
+
+
+def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window():
+    fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=0.63, memory=0.41, empty_polls=1))
+    usage = GcpPlatform(gcp_config(), clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
+    assert (usage["max_utilization"], usage["max_memory_utilization"], usage["samples"]) == (0.63, 0.41, 4)
+    request = fake.metrics.requests[-1]
+    assert isinstance(request, monitoring_v3.ListTimeSeriesRequest) and request.name == f"projects/{GCP_TEST_PROJECT}"
+    assert 'resource.labels.job_id = "2026-11-29_01_02_03-77"' in request.filter
+    assert (int(request.interval.start_time.timestamp()), int(request.interval.end_time.timestamp())) == (
+        1_795_000_000, 1_795_000_301)
+    assert len(fake.metrics.requests) == 4  # one empty poll (metrics lag), then both metrics again
+
+
+@pytest.mark.parametrize(("setting", "raises"), [("fail", True), ("warn", False), ("ignore", False)])
+def test_zero_utilisation_fails_or_warns_as_configured(setting, raises, caplog):
+    fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=0.0, memory=0.02, empty_polls=0))
+    config = gcp_config(f"smoke_test.gpu_usage={setting}")
+    usage = GcpPlatform(config, clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
+    if raises:
+        with pytest.raises(NoGpuUsage, match="0% utilisation.*require_gpu: true"):
+            check_gpu_usage(config, usage)
+    else:
+        check_gpu_usage(config, usage)
+        assert ("0% utilisation" in caplog.text) is (setting == "warn")
+
+
+def test_metrics_that_never_arrive_are_said_and_do_not_fail(caplog):
+    fake = FakeGoogleCloud(monitoring=FakeMonitoring(empty_polls=10_000))
+    config = gcp_config("smoke_test.gpu_usage_timeout_s=0.01")
+    usage = GcpPlatform(config, clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
+    check_gpu_usage(config, usage)
+    assert "no GPU metrics for job" in caplog.text
+
+
+def test_local_without_a_gpu_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi anywhere
+    usage = LocalPlatform(load_config(None)).gpu_usage(None, 0, 1)
+    assert usage["gpus"] == [] and usage["note"] == "no GPU on this machine: inference ran on the CPU"
+
+
+def test_local_with_a_gpu_reports_nvidia_smi_readings(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1" = "--query-gpu=name,utilization.gpu,utilization.memory" ] || exit 9\n'
+                   'echo "NVIDIA L4, 37, 12"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert subprocess.run(["nvidia-smi", "-L"]).returncode == 9  # the stub answers only the query gpuflow makes
+    usage = LocalPlatform(load_config(None)).gpu_usage(None, 0, 1)
+    assert usage["gpus"] == [{"name": "NVIDIA L4", "utilization": 0.37, "memory_utilization": 0.12}]
+
+
+# -- launch.mode flex_template ----------------------------------------------------------------------------------
+
+
+def test_flex_mode_makes_the_worker_image_its_own_launcher(tmp_path):
+    from dockerfile_parse import DockerfileParser
+
+    from gpuflow.containers import FLEX_LAUNCHER, check_dockerfile, render_recipe
+
+    flex = gcp_config("launch.mode=flex_template")
+    dockerfile = render_recipe(flex, tmp_path / "flex")
+    parsed = DockerfileParser(path=str(dockerfile))
+    copies = [i["value"] for i in parsed.structure if i["instruction"] == "COPY"]
+    assert f"--from=gcr.io/dataflow-templates-base/python311-template-launcher-base:latest {FLEX_LAUNCHER} " \
+           f"{FLEX_LAUNCHER}" in copies
+    assert parsed.envs["FLEX_TEMPLATE_PYTHON_PY_FILE"] == "/opt/gpuflow/beam_jobs/flex_main.py"
+    assert parsed.envs["PYTHONPATH"] == "/opt/gpuflow/beam_jobs"
+    assert check_dockerfile(dockerfile, flex) == []
+    direct_dockerfile = render_recipe(gcp_config(), tmp_path / "direct")
+    assert "FLEX_TEMPLATE_PYTHON_PY_FILE" not in direct_dockerfile.read_text()
+    assert [p for p in check_dockerfile(direct_dockerfile, flex) if "flex_template" in p]
+
+
+def test_preflight_compares_the_launch_environment_only_in_direct_mode():
+    from gpuflow.preflight.rules import launch_environment_matches_container
+
+    drifted = ["beam_version=2.60.0", "container.recipe=l4"]
+    assert [f.field for f in launch_environment_matches_container(gcp_config(*drifted))] == ["beam_version"]
+    assert list(launch_environment_matches_container(gcp_config(*drifted, "launch.mode=flex_template"))) == []
+
+
+def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypatch):
+    import json
+
+    from google.cloud import dataflow_v1beta3
+
+    from gpuflow.cli import main
+    from gpuflow.naming import run_prefix
+
+    overrides = [f"project={GCP_TEST_PROJECT}", "launch.mode=flex_template", "gpu.sharing=mps",
+                 "gpu.machine_type=g2-standard-8"]
+    assert main(["launch-command", "--config", "configs/gcp.example.yaml", "--run-id", "manual__7",
+                 *(item for o in overrides for item in ("--set", o))]) == 0
+    text = capsys.readouterr().out
+    printed = dataflow_v1beta3.LaunchFlexTemplateRequest.from_json(text[text.index("{"):])
+
+    config = gcp_config(*overrides[1:])
+    names = resource_names(config, run_prefix("llm_streaming_inference", "manual__7"))
+    fake = FakeGoogleCloud()
+    platform = GcpPlatform(config, clients=fake)
+    monkeypatch.setattr(platform, "_gcs", lambda: type("Uploads", (), {"upload": lambda *a, **k: None})())
+    image = printed.launch_parameter.environment.sdk_container_image
+    platform.launch_pipeline(pipeline_argv(config, names), names, image)
+    (sent,) = fake.dataflow.calls("launch_flex_template")
+    assert json.loads(type(sent).to_json(sent)) == json.loads(type(printed).to_json(printed))
