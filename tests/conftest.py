@@ -126,3 +126,20 @@ def gcp_env(emulators, monkeypatch):
     for key in ("NO_GCE_CHECK", "GOOGLE_CLOUD_PROJECT", "PUBSUB_PROJECT_ID", "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"):
         monkeypatch.setenv(key, env[key])
     return env
+
+
+@pytest.fixture
+def gcs_bucket(gcp_env):
+    """A bucket on the GCS emulator (created once), reached through the provider's GCSHook: gcs_bucket(name)."""
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    from tests.helpers import GCP_TEST_PROJECT
+
+    hook = GCSHook(gcp_conn_id="google_cloud_default")
+
+    def ensure(name: str):
+        if not hook.get_conn().bucket(name).exists():
+            hook.create_bucket(bucket_name=name, project_id=GCP_TEST_PROJECT)
+        return hook
+
+    return ensure

@@ -43,12 +43,8 @@ def gcp_config(*overrides):
 
 
 @pytest.fixture
-def bucket(gcp_env):
-    from airflow.providers.google.cloud.hooks.gcs import GCSHook
-
-    gcs = GCSHook(gcp_conn_id="google_cloud_default")
-    if not gcs.get_conn().bucket("gpuflow-request-test").exists():
-        gcs.create_bucket(bucket_name="gpuflow-request-test", project_id=GCP_TEST_PROJECT)
+def bucket(gcs_bucket):
+    gcs_bucket("gpuflow-request-test")
     return "gpuflow-request-test"
 
 

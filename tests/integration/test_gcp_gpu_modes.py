@@ -26,13 +26,8 @@ ACCELERATOR_HINT = "beam:resources:accelerator:v1"
 
 
 @pytest.fixture
-def gcs(gcp_env):
-    from airflow.providers.google.cloud.hooks.gcs import GCSHook
-
-    hook = GCSHook(gcp_conn_id="google_cloud_default")
-    if not hook.get_conn().bucket(BUCKET).exists():
-        hook.create_bucket(bucket_name=BUCKET, project_id=GCP_TEST_PROJECT)
-    return hook
+def gcs(gcs_bucket):
+    return gcs_bucket(BUCKET)
 
 
 def gcp_config(*overrides):

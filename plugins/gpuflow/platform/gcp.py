@@ -136,18 +136,23 @@ def runtime_environment(config: GpuflowConfig, names: ResourceNames):
     """The launch-time environment: the same worker pool as the staged request, stated again at launch."""
     from google.cloud import dataflow_v1beta3
 
-    return dataflow_v1beta3.RuntimeEnvironment(
-        max_workers=config.worker.max_num_workers,
-        machine_type=config.gpu.machine_type,
-        disk_size_gb=config.worker.disk_size_gb,
-        temp_location=names.gcs_uri("tmp"),
-        service_account_email=config.dataflow.service_account or "",
-        network=config.dataflow.network or "",
-        subnetwork=config.dataflow.subnetwork or "",
-        worker_zone=config.gpu.zone or "",
-        additional_experiments=experiments(config),
-        additional_user_labels={"gpuflow-run": names.prefix},
-    )
+    return dataflow_v1beta3.RuntimeEnvironment(**worker_pool_fields(config, names))
+
+
+def worker_pool_fields(config: GpuflowConfig, names: ResourceNames) -> dict[str, Any]:
+    """The fields a classic and a Flex Template launch both state about the workers."""
+    return {
+        "max_workers": config.worker.max_num_workers,
+        "machine_type": config.gpu.machine_type,
+        "disk_size_gb": config.worker.disk_size_gb,
+        "temp_location": names.gcs_uri("tmp"),
+        "service_account_email": config.dataflow.service_account or "",
+        "network": config.dataflow.network or "",
+        "subnetwork": config.dataflow.subnetwork or "",
+        "worker_zone": config.gpu.zone or "",
+        "additional_experiments": experiments(config),
+        "additional_user_labels": {"gpuflow-run": names.prefix},
+    }
 
 
 def flex_parameters(job: str, argv: list[str], config: GpuflowConfig) -> dict[str, str]:
@@ -182,19 +187,7 @@ def flex_runtime_environment(config: GpuflowConfig, names: ResourceNames, image:
     from google.cloud import dataflow_v1beta3
 
     return dataflow_v1beta3.FlexTemplateRuntimeEnvironment(
-        max_workers=config.worker.max_num_workers,
-        machine_type=config.gpu.machine_type,
-        disk_size_gb=config.worker.disk_size_gb,
-        temp_location=names.gcs_uri("tmp"),
-        staging_location=names.gcs_uri("staging"),
-        sdk_container_image=image,
-        service_account_email=config.dataflow.service_account or "",
-        network=config.dataflow.network or "",
-        subnetwork=config.dataflow.subnetwork or "",
-        worker_zone=config.gpu.zone or "",
-        additional_experiments=experiments(config),
-        additional_user_labels={"gpuflow-run": names.prefix},
-    )
+        **worker_pool_fields(config, names), staging_location=names.gcs_uri("staging"), sdk_container_image=image)
 
 
 def flex_launch(config: GpuflowConfig, names: ResourceNames, job: str, argv: list[str], image: str,
