@@ -23,7 +23,8 @@ PARAMS_SCHEMA_FILE = Path(__file__).with_name("params_schema.json")
 
 #: Updated by every export_model run; the event's extra says where the bf16 state_dict lies
 #: ({"state_dict_uri", "model_dir_uri", "model", "kept"}). Downstream DAGs schedule on it (README).
-STATE_DICT_ASSET = Asset(name="gpuflow_state_dict", uri="gpuflow://llm_streaming_inference/state_dict")
+#: Named, without a URI scheme: a scheme makes Airflow load every provider to normalise it (a second per parse).
+STATE_DICT_ASSET = Asset(name="gpuflow_state_dict")
 
 #: Params every DAG shows; each DAG adds the sections it uses.
 _COMMON_PARAMS = ("profile", "project", "region", "bucket", "gcp_conn_id")
