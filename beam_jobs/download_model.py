@@ -23,7 +23,9 @@ from collections.abc import Sequence
 
 log = logging.getLogger("gpuflow.download_model")
 
-VERTEX_CONTAINER = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
+# The export runs on CPU (e2) machines: the prebuilt PyTorch CPU training image
+# (cloud.google.com/vertex-ai/docs/training/pre-built-containers).
+VERTEX_CONTAINER = "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-4.py310:latest"
 #: Written beside the weights once everything is there: {"model_name", "dtype", "state_dict_bytes"}.
 EXPORT_MARKER = "gpuflow_export.json"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from gpuflow.operators import DataprocBatchOperator, DataprocCleanupOperator, DataprocPreflightOperator, dag_params
+from gpuflow.operators.dataproc import DataprocBatchOperator, DataprocCleanupOperator, DataprocPreflightOperator
+from gpuflow.trigger_form import attach_trigger_form
 
 with DAG(
     dag_id="dataproc_gpu_batch",
@@ -18,7 +19,6 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params=dag_params("dataproc_gpu_batch"),
     tags=["gpuflow", "dataproc", "spark", "gpu"],
     doc_md=__doc__,
 ) as dag:
@@ -28,3 +28,5 @@ with DAG(
     preflight >> batch >> cleanup
     # preflight is a setup too: once it passed, cleanup runs whatever the batch did.
     cleanup.as_teardown(setups=[preflight, batch])
+
+attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each

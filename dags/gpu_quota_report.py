@@ -10,7 +10,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from gpuflow.operators import GpuQuotaReportOperator, dag_params
+from gpuflow.operators.quota_report import GpuQuotaReportOperator
+from gpuflow.trigger_form import attach_trigger_form
 
 with DAG(
     dag_id="gpu_quota_report",
@@ -18,8 +19,9 @@ with DAG(
     schedule="@daily",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params=dag_params("gpu_quota_report"),
     tags=["gpuflow", "gpu", "quota"],
     doc_md=__doc__,
 ) as dag:
     GpuQuotaReportOperator(task_id="report", retries=2, retry_delay=pendulum.duration(minutes=5))
+
+attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from gpuflow.operators import (
+from gpuflow.operators.streaming import (
     STATE_DICT_ASSET,
     BuildContainerOperator,
     CleanupOperator,
@@ -22,8 +22,8 @@ from gpuflow.operators import (
     SetupResourcesOperator,
     SmokeTestOperator,
     VerifyGpuOperator,
-    dag_params,
 )
+from gpuflow.trigger_form import attach_trigger_form
 
 with DAG(
     dag_id="llm_streaming_inference",
@@ -32,7 +32,6 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    params=dag_params("llm_streaming_inference"),
     tags=["gpuflow", "llm", "dataflow", "gpu"],
     doc_md=__doc__,
     default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=15)},
@@ -51,3 +50,5 @@ with DAG(
 
     preflight >> check_quota >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test >> cleanup
     cleanup.as_teardown(setups=[setup, launch])
+
+attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each

@@ -25,6 +25,7 @@ from typing import Any
 
 from google.api_core.exceptions import NotFound
 from google.cloud import aiplatform_v1, artifactregistry_v1, compute_v1, dataflow_v1beta3, monitoring_v3
+from google.cloud.dataflow_v1beta3.services.messages_v1_beta3 import pagers
 from google.cloud.devtools import cloudbuild_v1
 
 from tests.helpers import ROOT
@@ -40,17 +41,29 @@ L4_WORKER_REPORT = {
 }
 
 WORKERS_STARTED = "Workers have started successfully."
+ALL_WORKERS_STARTED = ("All workers have finished the startup processes and began to receive work requests.")
+#: A script entry (AUTOSCALING, n) is an autoscaling event: the job's worker pool now has n workers.
+AUTOSCALING = "autoscaling"
+#: Dataflow's importance order (the enum's numbers are not in it): minimum_importance keeps this and above.
+IMPORTANCE_ORDER = [Importance.JOB_MESSAGE_DEBUG, Importance.JOB_MESSAGE_DETAILED, Importance.JOB_MESSAGE_BASIC,
+                    Importance.JOB_MESSAGE_WARNING, Importance.JOB_MESSAGE_ERROR]
 EXHAUSTED = ("Startup of the worker pool in zone us-central1-a failed to bring up any of the desired 1 workers. "
              "ZONE_RESOURCE_POOL_EXHAUSTED: Instance 'gf-llm-inference-11290001-harness-0' creation failed: The zone "
              "'projects/gpuflow-gcp-test/zones/us-central1-a' does not have enough resources available to fulfill "
              "the request. Try a different zone, or try again later.")
 
-# A job's script: what each successive get_job answers (the last step repeats), with the messages that appear.
+# A job's script: what each successive get_job answers (the last step repeats), with the messages and
+# autoscaling events that appear. Shaped like real Dataflow logs: the start messages at DETAILED importance.
 STREAMING_STARTS = [(JobState.JOB_STATE_PENDING, []), (JobState.JOB_STATE_QUEUED, []),
                     (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC, "Worker configuration: g2-standard-4 "
                                                    "in us-central1-b.")]),
-                    (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC, WORKERS_STARTED)])]
-BATCH_SUCCEEDS = [(JobState.JOB_STATE_PENDING, []), (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC,
+                    (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_DETAILED, WORKERS_STARTED),
+                                                  (Importance.JOB_MESSAGE_DETAILED, ALL_WORKERS_STARTED)])]
+#: The same start seen only through the autoscaling events (no start message).
+STREAMING_STARTS_BY_AUTOSCALING = [(JobState.JOB_STATE_PENDING, []),
+                                   (JobState.JOB_STATE_RUNNING, [(AUTOSCALING, 0)]),
+                                   (JobState.JOB_STATE_RUNNING, [(AUTOSCALING, 1)])]
+BATCH_SUCCEEDS = [(JobState.JOB_STATE_PENDING, []), (JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_DETAILED,
                                                                                      WORKERS_STARTED)]),
                   (JobState.JOB_STATE_DONE, [])]
 ZONE_EXHAUSTED = [(JobState.JOB_STATE_PENDING, []),
@@ -72,13 +85,22 @@ class FakeJob:
     stopped_state: Any = None
     process: subprocess.Popen | None = None
 
+    autoscaling_events: list = field(default_factory=list)
+
     def advance(self) -> Any:
         if self.stopped_state is not None:
             return self.stopped_state
         self.step = min(self.step + 1, len(self.script) - 1)
         state, messages = self.script[self.step]
         for importance, text in messages:
-            if all(m.message_text != text for m in self.messages):
+            if importance == AUTOSCALING:  # (AUTOSCALING, n): the worker pool reached n workers
+                if all(e.current_num_workers != text for e in self.autoscaling_events):
+                    self.autoscaling_events.append(dataflow_v1beta3.AutoscalingEvent(
+                        current_num_workers=text, target_num_workers=text,
+                        event_type=dataflow_v1beta3.AutoscalingEvent.AutoscalingEventType.CURRENT_NUM_WORKERS_CHANGED,
+                        description={"message_text": f"Autoscaling: Raised the number of workers to {text}."},
+                        time={"seconds": 1_795_000_000 + len(self.autoscaling_events)}))
+            elif all(m.message_text != text for m in self.messages):
                 self.messages.append(dataflow_v1beta3.JobMessage(
                     id=f"{self.id}-m{len(self.messages)}", message_text=text, message_importance=importance))
         return state
@@ -160,8 +182,17 @@ class FakeDataflow:
     # MessagesV1Beta3Client
     def list_job_messages(self, request):
         assert isinstance(request, dataflow_v1beta3.ListJobMessagesRequest)
-        assert request.minimum_importance >= Importance.JOB_MESSAGE_BASIC
-        return list(self.jobs[request.job_id].messages)
+        self.requests.append(("list_job_messages", request))
+        job = self.jobs[request.job_id]
+        kept = IMPORTANCE_ORDER[IMPORTANCE_ORDER.index(Importance(request.minimum_importance)):]
+        response = dataflow_v1beta3.ListJobMessagesResponse(
+            job_messages=[m for m in job.messages if Importance(m.message_importance) in kept],
+            autoscaling_events=list(job.autoscaling_events))
+        return pagers.ListJobMessagesPager(method=self._no_next_page, request=request, response=response)
+
+    @staticmethod
+    def _no_next_page(request, **kwargs):
+        raise AssertionError("one page only: the response has no next_page_token")
 
     def calls(self, method: str) -> list[Any]:
         return [request for name, request in self.requests if name == method]
@@ -341,10 +372,11 @@ class FakeRegionsClient:
 class FakeMonitoring:
     """Cloud Monitoring's MetricService: ListTimeSeries answers a GPU metric's points for the asked job.
 
-    ``utilization`` and ``memory`` are the values of every point (fractions, as Dataflow reports them);
-    ``empty_polls`` answers that many polls with no series first, as Monitoring does while metrics lag."""
+    ``utilization`` and ``memory`` are the values of every point, in percent (INT64, as the metrics list gives
+    them); ``empty_polls`` answers that many polls with no series first, as Monitoring does while metrics lag.
+    Series are keyed as Dataflow writes them: resource ``dataflow_job``, the job id as the metric label."""
 
-    def __init__(self, utilization: float = 0.63, memory: float = 0.41, empty_polls: int = 1, points: int = 4):
+    def __init__(self, utilization: int = 63, memory: int = 41, empty_polls: int = 1, points: int = 4):
         self.utilization, self.memory, self.empty_polls, self.points = utilization, memory, empty_polls, points
         self.requests: list[Any] = []
 
@@ -355,14 +387,20 @@ class FakeMonitoring:
         if self.empty_polls > 0:
             self.empty_polls -= 1 if "memory" in request.filter else 0
             return []
-        value = self.memory if "memory" in request.filter else self.utilization
-        job_id = request.filter.rsplit('job_id = "', 1)[1].rstrip('"')
+        metric_type = request.filter.split('"')[1]
+        if metric_type not in ("dataflow.googleapis.com/job/gpu_utilization",
+                               "dataflow.googleapis.com/job/gpu_memory_utilization"):
+            return []  # Monitoring answers an unknown metric type with no series
+        if 'resource.type = "dataflow_job"' not in request.filter or "metric.labels.job_id = " not in request.filter:
+            return []  # the series carry the job id as a metric label on dataflow_job only
+        value = self.memory if "memory" in metric_type else self.utilization
+        job_id = request.filter.rsplit('metric.labels.job_id = "', 1)[1].rstrip('"')
         start = request.interval.start_time
         return [monitoring_v3.TimeSeries(
-            metric={"type": request.filter.split('"')[1], "labels": {"device_number": "0", "device_model": "L4"}},
-            resource={"type": "dataflow_job", "labels": {"job_id": job_id}},
+            metric={"type": metric_type, "labels": {"job_id": job_id}},
+            resource={"type": "dataflow_job", "labels": {"project_id": "p", "job_name": "j", "region": "us-central1"}},
             points=[monitoring_v3.Point(interval={"end_time": {"seconds": int(start.timestamp()) + 60 * i}},
-                                        value={"double_value": value}) for i in range(self.points)],
+                                        value={"int64_value": value}) for i in range(self.points)],
         )]
 
 

@@ -117,9 +117,9 @@ def cmd_emulators(args: argparse.Namespace) -> int:
 
 def cmd_params_schema(args: argparse.Namespace) -> int:
     from gpuflow.config import params_json_schema
-    from gpuflow.operators import PARAMS_SCHEMA_FILE
+    from gpuflow.trigger_form import PARAMS_SCHEMA_FILE
 
-    text = json.dumps(params_json_schema(), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(params_json_schema(), indent=2) + "\n"  # field order: the model's
     if args.write:
         PARAMS_SCHEMA_FILE.write_text(text)
         print(f"wrote {PARAMS_SCHEMA_FILE}")

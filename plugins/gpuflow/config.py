@@ -16,18 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-def project_path(relative: str) -> Path:
-    """A project folder or file: beside plugins/ in a checkout, or under data/ where Cloud Composer puts it.
-
-    Composer mounts its bucket at /home/airflow/gcs with dags/, plugins/ and data/ side by side, so
-    PROJECT_ROOT is /home/airflow/gcs there and the files deployed to data/ are found under it.
-    """
-    candidates = (PROJECT_ROOT / relative, PROJECT_ROOT / "data" / relative)
-    return next((path for path in candidates if path.exists()), candidates[0])
-
+from gpuflow.paths import PROJECT_ROOT, project_path, resolve_config_path
 
 DEFAULT_CONFIG_FILE = project_path("configs/local.yaml")
 
@@ -141,8 +130,11 @@ class ExportConfig(_Section):
         None, ge=100, le=65536, description="Boot disk of the export job. Empty: 100 GB, 150 GB for flan-ul2."
     )
     container_image: str = Field(
-        "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-        description="Vertex AI prebuilt PyTorch container the export script runs in.",
+        # The export runs on CPU machines (e2), so Vertex AI's prebuilt PyTorch CPU training image; the
+        # list of prebuilt training images: cloud.google.com/vertex-ai/docs/training/pre-built-containers
+        "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-4.py310:latest",
+        description="Vertex AI prebuilt PyTorch CPU training container the export script runs in (the export "
+                    "machines are e2 CPU machines).",
     )
     pip_packages: list[str] = Field(
         default_factory=lambda: ["transformers>=4.40", "sentencepiece", "safetensors", "google-cloud-storage"],
@@ -242,13 +234,21 @@ class SmokeTestConfig(_Section):
     gpu_usage_timeout_s: float = Field(
         300, gt=0, description="gcp: how long to wait for the GPU metrics to reach Cloud Monitoring (they lag)."
     )
+    # Both from the Cloud Monitoring metrics list (docs.cloud.google.com/monitoring/api/metrics_gcp_d_h, section
+    # dataflow): GAUGE, INT64, percent, on resource dataflow_job, metric label job_id.
     gpu_utilization_metric: str = Field(
-        "dataflow.googleapis.com/worker/accelerator/gpu/utilization",
-        description="Cloud Monitoring metric type of the GPU utilisation (Dataflow's per-device GPU metrics).",
+        "dataflow.googleapis.com/job/gpu_utilization",
+        description=(
+            "Cloud Monitoring metric type of the job's GPU utilization: the percent of time one or more kernels "
+            "was executing on the GPU."
+        ),
     )
     gpu_memory_metric: str = Field(
-        "dataflow.googleapis.com/worker/accelerator/gpu/memory_utilization",
-        description="Cloud Monitoring metric type of the GPU memory utilisation.",
+        "dataflow.googleapis.com/job/gpu_memory_utilization",
+        description=(
+            "Cloud Monitoring metric type of the job's GPU memory utilization: the percent of time device memory "
+            "was being read or written (not how full it is)."
+        ),
     )
 
 
@@ -396,16 +396,6 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def resolve_config_path(config_file: str | Path | None) -> Path:
-    """Relative paths are looked up in the working directory, then in the project root."""
-    if not config_file:
-        return DEFAULT_CONFIG_FILE
-    path = Path(config_file)
-    if path.is_absolute() or path.exists():
-        return path
-    return project_path(str(path))
-
-
 def load_config(
     config_file: str | Path | None = None,
     params: dict[str, Any] | None = None,
@@ -472,9 +462,15 @@ def _leaf_fields(model: type[BaseModel], prefix: str = ""):
 
 
 def params_json_schema() -> dict[str, dict[str, Any]]:
-    """JSON schema of each DAG Param, keyed by param name (dots written as '__')."""
+    """Each leaf field's JSON schema and default, keyed by Param name (dots written as '__').
+
+    The trigger form (``gpuflow.trigger_form``) is built from this generated file when a DAG file is parsed,
+    so that parsing never builds the pydantic schema. Enums list their real choices; ``null`` is allowed only
+    where the field itself is optional. The default is the model's (the Dataproc section's as ``dataproc: {}``).
+    """
     full_schema = GpuflowConfig.model_json_schema()
     definitions = full_schema.get("$defs", {})
+    defaults = GpuflowConfig(dataproc=DataprocConfig()).model_dump(mode="json")
 
     def property_schema(dotted: str) -> dict[str, Any]:
         node = full_schema
@@ -489,20 +485,23 @@ def params_json_schema() -> dict[str, dict[str, Any]]:
     schemas: dict[str, dict[str, Any]] = {}
     for dotted, field in _leaf_fields(GpuflowConfig):
         prop = property_schema(dotted)
-        schema: dict[str, Any] = {"title": dotted, "description": (field.description or "") + " Empty: use the config file."}
+        default: Any = defaults
+        for part in dotted.split("."):
+            default = default[part]
+        schema: dict[str, Any] = {"key": dotted, "description": field.description or "", "default": default}
         types: list[str] = []
         for option in prop.get("anyOf", [prop]):
             if "type" in option:
                 types.append(option["type"])
             if "enum" in option:
-                schema["enum"] = [*option["enum"], None]
+                schema["enum"] = list(option["enum"])
             for bound in ("minimum", "maximum", "exclusiveMinimum"):
                 if bound in option:
                     schema[bound] = option[bound]
         if "enum" in prop:
-            schema["enum"] = [*prop["enum"], None]
+            schema["enum"] = list(prop["enum"])
             types = types or ["string"]
-        schema["type"] = sorted({*types, "null"})
+        schema["type"] = sorted(set(types)) if len(set(types)) > 1 else types[0]
         schemas[dotted.replace(".", _PARAM_SEPARATOR)] = schema
     return schemas
 

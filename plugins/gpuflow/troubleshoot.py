@@ -61,7 +61,8 @@ _SYMPTOMS: list[tuple[str, re.Pattern[str], str, str, bool]] = [
      'ENTRYPOINT ["/opt/apache/beam/boot"] (every gpuflow recipe does)', False),
     ("WORKERS_NEVER_STARTED",
      re.compile(r"no worker activity has been seen|workers? (failed to|did not|never) start|"
-                r"Startup of the worker pool in zone .* failed to bring up any of the desired", re.I),
+                # "... in zone us-central1-a failed ..." or, region-wide, "... in us-central1 failed ..."
+                r"Startup of the worker pool in (zone )?\S+ failed to bring up any of the desired", re.I),
      "the workers never came up: usually the image (too large for the disk, wrong entrypoint) or the driver",
      "set worker.disk_size_gb to 50 or more, check the image with `gpuflow debug-vm`, and read the worker "
      "startup logs", False),

@@ -58,6 +58,11 @@ def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_con
                               json={"logical_date": None, "conf": {"gpu__count": "many", "profile": "laptop"}})
     assert answer.status_code == 400, answer.text
     assert "gpu__count" in answer.text or "profile" in answer.text
+    # A section's lines take that section's keys only.
+    answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",
+                              json={"logical_date": None, "conf": {"smoke_test_settings": "gpu.count=2"}})
+    assert answer.status_code == 400, answer.text
+    assert "smoke_test_settings" in answer.text
 
 
 def test_the_api_refuses_requests_without_a_token(airflow_live):
@@ -71,18 +76,29 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 
 
+def frame_from_top(page, element, path: Path) -> None:
+    """A picture of what a person sees: the element from its top, cut at the bottom of the window."""
+    box = element.bounding_box()
+    viewport = page.viewport_size
+    height = min(box["height"], viewport["height"] - box["y"])
+    page.screenshot(path=str(path), clip={"x": box["x"], "y": box["y"], "width": box["width"], "height": height})
+
+
 def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow_live, local_config):
     """Headless Debian chromium, driven by Playwright (no browser download): log in, open the trigger form,
-    check the Params, trigger, and keep screenshots of the form and of the finished run's grid."""
+    check the labels and values a person reads, unfold a section, trigger, and keep pictures of the form as it
+    opens, of an unfolded section and of the finished run's grid."""
     from playwright.sync_api import sync_playwright
 
-    from gpuflow.operators import dag_params
+    from gpuflow.trigger_form import dag_params
 
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: `make browser` (or .ci/run) installs it"
     ARTIFACTS.mkdir(exist_ok=True)
     airflow_live.wait_for_dag(DAG_ID)
     params = dag_params(DAG_ID)
-    conf = local_conf(local_config)
+    local = local_config.local
+    local_lines = (f"local.state_dir={local.state_dir}\nlocal.pubsub_emulator_host={local.pubsub_emulator_host}\n"
+                   f"local.storage_emulator_host={local.storage_emulator_host}")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
@@ -97,35 +113,63 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             page.get_by_role("button", name="Trigger").first.click()
             dialog = page.get_by_role("dialog")
             dialog.get_by_text("Run Parameters").wait_for()
-            # Every Param renders with its title and its description.
-            for key in ("config_file", "profile", "gpu__type", "model__max_new_tokens", "dataflow__stop_action"):
-                field = dialog.locator(f"[data-scope=field][data-part=root][role=group]:has([name=element_{key}])")
-                assert field.locator("label").inner_text().strip().rstrip("*").strip() == params[key].schema["title"]
-                description = params[key].description or params[key].schema.get("description")
-                assert field.locator("[data-part=helper-text]").inner_text().strip() == description
-            # An enum Param offers exactly its allowed values.
+
+            def field(key: str):
+                return dialog.locator(f"[data-scope=field][data-part=root][role=group]:has([name=element_{key}])")
+
+            # The per-run fields show a person's label, the config key in their help, and the value the run uses.
+            shown = {"profile": "local", "model__name": "gpuflow-demo", "model__max_new_tokens": "16",
+                     "gpu__type": "nvidia-l4", "gpu__machine_type": "g2-standard-4"}
+            for key, value in shown.items():
+                assert field(key).locator("label").inner_text().strip().rstrip("*").strip() == params[key].schema["title"]
+                assert field(key).locator("[data-part=helper-text]").inner_text().strip() == params[key].description
+                if key != "profile":
+                    assert dialog.locator(f"[name=element_{key}]").input_value() == value, key
+            assert "local" in dialog.locator("#element_profile").inner_text()
+            # The sections start folded: their fields are not shown until a person opens them.
+            assert not dialog.locator("[name=element_smoke_test_settings]").is_visible()
+            frame_from_top(page, dialog, ARTIFACTS / "trigger-form.png")
+            # An enum offers exactly its choices, no "null".
             dialog.locator("#element_profile [role=combobox]").click()
-            offered = [option.inner_text() for option in page.get_by_role("option").all()]
-            assert {"local", "gcp"} <= set(offered), offered
-            dialog.locator("#element_profile [role=combobox]").click()  # closes the menu again
-            for key, value in conf.items():
-                field = dialog.locator(f"input[name=element_{key}]")
-                field.click()
-                field.press_sequentially(str(value))
-                assert field.input_value() == str(value)
-            dialog.screenshot(path=str(ARTIFACTS / "trigger-form.png"))
+            offered = [option.inner_text().strip() for option in page.get_by_role("option").all()]
+            assert sorted(offered) == ["gcp", "local"], offered
+            page.get_by_role("option", name="local", exact=True).click()  # keeps the value, closes the menu
+
+            dialog.locator("[name=element_model__max_new_tokens]").fill("8")
+            # One section is open at a time: unfolding one folds "Run Parameters" (its values stay).
+            section = dialog.get_by_role("button", name="Smoke test", exact=True)
+            section.click()
+            settings = dialog.locator("[name=element_smoke_test_settings]")
+            settings.wait_for()
+            assert "smoke_test.num_prompts=8" in settings.input_value()
+            assert field("smoke_test_settings").locator("label").inner_text().strip().rstrip("*").strip() == "Smoke test settings"
+            section.scroll_into_view_if_needed()
+            page.evaluate("element => element.scrollIntoView({block: 'start'})", section.element_handle())
+            frame_from_top(page, section.locator("xpath=ancestor::*[@data-part='item'][1]"),
+                           ARTIFACTS / "trigger-form-section.png")
+            settings.fill(settings.input_value().replace("smoke_test.num_prompts=8", "smoke_test.num_prompts=4"))
+
+            dialog.get_by_role("button", name="Local profile", exact=True).click()
+            local_settings = dialog.locator("[name=element_local_settings]")
+            local_settings.wait_for()
+            local_settings.fill(local_lines)
             runs_before = {r["dag_run_id"] for r in airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns").json()["dag_runs"]}
             dialog.get_by_role("button", name="Trigger").click()
 
             run_id = airflow_live.wait_for_new_run(DAG_ID, runs_before)
             run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=900)
             assert run["state"] == "success", airflow_live.log_tail("scheduler")
-            assert run["conf"]["local__state_dir"] == conf["local__state_dir"]  # the form's values reached the run
+            # The form's values reached the run, and the run used them.
+            assert run["conf"]["local_settings"] == local_lines
+            assert run["conf"]["model__max_new_tokens"] == 8
+            smoke = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
+                                            "return_value", params={"deserialize": True}).json()["value"]
+            assert smoke["sent"] == 4
             page.goto(f"{airflow_live.url}/dags/{DAG_ID}/runs/{run_id}")
             page.get_by_text("smoke_test").first.wait_for()
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ARTIFACTS / "finished-run-grid.png"), full_page=True)
         finally:
             browser.close()
-    assert (ARTIFACTS / "trigger-form.png").stat().st_size > 10_000
-    assert (ARTIFACTS / "finished-run-grid.png").stat().st_size > 10_000
+    for picture in ("trigger-form.png", "trigger-form-section.png", "finished-run-grid.png"):
+        assert (ARTIFACTS / picture).stat().st_size > 10_000, picture

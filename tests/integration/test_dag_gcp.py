@@ -217,7 +217,7 @@ def test_flex_template_mode_with_mps_runs_the_dag_without_staging_in_airflow(dag
 def test_a_job_whose_gpus_stay_idle_fails_the_smoke_test_and_is_cleaned_up(dag, cloud):
     from tests.gcp_fakes import FakeMonitoring
 
-    cloud.metrics = FakeMonitoring(utilization=0.0, memory=0.0)
+    cloud.metrics = FakeMonitoring(utilization=0, memory=0)
     run = dag.test(run_conf={**CONF, "launch__mode": "flex_template"})
     states = task_states(run)
     assert run.state == DagRunState.FAILED

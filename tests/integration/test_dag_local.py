@@ -47,7 +47,7 @@ def state_dict_events(run_id: str) -> list[dict]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from gpuflow.operators import STATE_DICT_ASSET
+    from gpuflow.operators.streaming import STATE_DICT_ASSET
 
     with create_session() as session:
         events = session.scalars(select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)

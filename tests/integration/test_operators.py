@@ -4,7 +4,7 @@ import time
 
 from gpuflow.emulators import process_alive
 from gpuflow.naming import resource_names
-from gpuflow.operators import LaunchPipelineOperator
+from gpuflow.operators.streaming import LaunchPipelineOperator
 from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.cleanup import cleanup
 from gpuflow.steps.resources import create_resources

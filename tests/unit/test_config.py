@@ -62,15 +62,25 @@ def test_bucket_accepts_a_gs_uri():
     assert GpuflowConfig(bucket="gs://my-bucket/").bucket == "my-bucket"
 
 
-def test_params_schema_covers_every_leaf_field_with_title_description_and_null():
+def test_params_schema_has_every_leaf_field_with_its_default_and_real_choices():
     schema = params_json_schema()
     assert {"profile", "model__name", "gpu__type", "local__runner", "inference__max_batch_duration_secs"} <= set(schema)
     for key, entry in schema.items():
-        assert entry["title"] == param_key_to_dotted(key)
+        assert entry["key"] == param_key_to_dotted(key)
         assert entry["description"]
-        assert "null" in entry["type"]
-    assert schema["profile"]["enum"] == ["local", "gcp", None]
+    assert schema["profile"] == {**schema["profile"], "enum": ["local", "gcp"], "type": "string", "default": "local"}
+    assert schema["bucket"]["type"] == ["null", "string"]  # optional fields alone take null
     assert schema["model__max_new_tokens"]["minimum"] == 1
+    assert schema["dataproc__disk_size"]["default"] == 375
+
+
+def test_the_params_schema_file_is_current():
+    """Regenerate with `gpuflow params-schema --write`."""
+    import json
+
+    from gpuflow.trigger_form import PARAMS_SCHEMA_FILE
+
+    assert json.loads(PARAMS_SCHEMA_FILE.read_text()) == params_json_schema()
 
 
 def test_configuration_reference_is_current():

@@ -7,7 +7,7 @@ import pytest
 from google.api_core.exceptions import NotFound
 
 from gpuflow.config import load_config
-from gpuflow.operators import DataprocBatchOperator
+from gpuflow.operators.dataproc import DataprocBatchOperator
 from gpuflow.steps.dataproc_batch import delete_gcp_batch
 
 

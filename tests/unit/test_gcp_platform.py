@@ -17,11 +17,13 @@ from tests.gcp_fakes import (
     L4_WORKER_REPORT,
     LAUNCH_FAILS,
     STREAMING_STARTS,
+    STREAMING_STARTS_BY_AUTOSCALING,
     ZONE_EXHAUSTED,
     FakeDataflow,
     FakeGoogleCloud,
     FakeJob,
     FakeRegionsClient,
+    Importance,
     JobState,
 )
 from tests.helpers import GCP_TEST_PROJECT
@@ -48,11 +50,11 @@ def running_job(fake: FakeGoogleCloud, script, name="gf-0123456789-llm-inference
 
 @pytest.mark.parametrize(("overrides", "machine", "disk"), [
     (["model.name=google/flan-t5-small"], "e2-standard-4", 100),
-    (["model.name=google/flan-t5-xxl"], "e2-highmem-8", 100),
+    (["model.name=google/flan-t5-xxl"], "e2-highmem-16", 100),  # guide 002: "> 66 GB", 128 GB machine
     (["model.name=google/flan-ul2"], "e2-highmem-16", 150),
     (["model.name=google/flan-ul2", "export.machine_type=n2-highmem-32", "export.boot_disk_size_gb=300"],
      "n2-highmem-32", 300),
-    (["model.name=acme/t5-custom", "model.parameters_m=5000"], "e2-highmem-8", 100),
+    (["model.name=acme/t5-custom", "model.parameters_m=5000"], "e2-highmem-16", 100),
 ])
 def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine, disk):
     platform = platform_with(FakeGoogleCloud(), *overrides)
@@ -79,6 +81,29 @@ def test_a_streaming_job_is_running_once_its_workers_have_started():
     assert len(polled) == len(STREAMING_STARTS)  # RUNNING alone was not enough: it waited for the workers
     assert all(isinstance(r, dataflow_v1beta3.GetJobRequest) and r.job_id == handle.id for r in polled)
     assert polled[0].project_id == GCP_TEST_PROJECT and polled[0].location == "us-central1"
+
+
+def test_start_messages_are_read_at_detailed_importance():
+    """Dataflow may write "Workers have started successfully." at DETAILED: asking for BASIC would miss it."""
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, STREAMING_STARTS)
+    platform_with(fake, "dataflow.start_timeout_s=2").wait_until_running(handle)
+    requests = fake.dataflow.calls("list_job_messages")
+    assert requests and all(Importance(r.minimum_importance) == Importance.JOB_MESSAGE_DETAILED for r in requests)
+
+
+def test_workers_seen_only_in_autoscaling_events_count_as_started():
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, STREAMING_STARTS_BY_AUTOSCALING)
+    platform_with(fake, "dataflow.start_timeout_s=2").wait_until_running(handle)
+    assert len(fake.dataflow.calls("get_job")) == len(STREAMING_STARTS_BY_AUTOSCALING)  # 0 workers was not enough
+
+
+def test_a_worker_pool_message_that_is_no_dataflow_wording_does_not_count():
+    fake = FakeGoogleCloud()
+    handle = running_job(fake, [(JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC, "Worker pool started.")])])
+    with pytest.raises(DataflowJobFailed, match="no worker activity has been seen"):
+        platform_with(fake, "dataflow.start_timeout_s=0.05").wait_until_running(handle)
 
 
 def test_a_failed_job_raises_with_dataflows_message_and_the_fix():
@@ -208,7 +233,7 @@ def test_the_cloud_build_request():
 
 
 def test_on_kill_cancels_the_vertex_job_and_the_build():
-    from gpuflow.operators import BuildContainerOperator, ExportModelOperator
+    from gpuflow.operators.streaming import BuildContainerOperator, ExportModelOperator
 
     fake = FakeGoogleCloud()
     platform = platform_with(fake)
@@ -226,7 +251,7 @@ def test_on_kill_cancels_the_vertex_job_and_the_build():
 
 
 def test_launch_on_kill_cancels_the_dataflow_job():
-    from gpuflow.operators import LaunchPipelineOperator
+    from gpuflow.operators.streaming import LaunchPipelineOperator
 
     fake = FakeGoogleCloud(dataflow=FakeDataflow())
     platform = platform_with(fake)

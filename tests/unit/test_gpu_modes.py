@@ -98,12 +98,13 @@ def handle():
 
 
 def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window():
-    fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=0.63, memory=0.41, empty_polls=1))
+    fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=63, memory=41, empty_polls=1))
     usage = GcpPlatform(gcp_config(), clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
     assert (usage["max_utilization"], usage["max_memory_utilization"], usage["samples"]) == (0.63, 0.41, 4)
     request = fake.metrics.requests[-1]
     assert isinstance(request, monitoring_v3.ListTimeSeriesRequest) and request.name == f"projects/{GCP_TEST_PROJECT}"
-    assert 'resource.labels.job_id = "2026-11-29_01_02_03-77"' in request.filter
+    assert request.filter == ('metric.type = "dataflow.googleapis.com/job/gpu_memory_utilization" AND '
+                              'resource.type = "dataflow_job" AND metric.labels.job_id = "2026-11-29_01_02_03-77"')
     assert (int(request.interval.start_time.timestamp()), int(request.interval.end_time.timestamp())) == (
         1_795_000_000, 1_795_000_301)
     assert len(fake.metrics.requests) == 4  # one empty poll (metrics lag), then both metrics again
@@ -111,7 +112,7 @@ def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window():
 
 @pytest.mark.parametrize(("setting", "raises"), [("fail", True), ("warn", False), ("ignore", False)])
 def test_zero_utilisation_fails_or_warns_as_configured(setting, raises, caplog):
-    fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=0.0, memory=0.02, empty_polls=0))
+    fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=0, memory=2, empty_polls=0))
     config = gcp_config(f"smoke_test.gpu_usage={setting}")
     usage = GcpPlatform(config, clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
     if raises:

@@ -18,6 +18,11 @@ REAL_ERRORS = {
         "'projects/p/zones/us-east4-c' does not have enough resources available to fulfill the request.  "
         "'(resource type:compute)'."
     ),
+    # Region-wide wording, without "in zone" and without the code: the stock-out is still recognised.
+    "ZONE_RESOURCE_POOL_EXHAUSTED  ": (
+        "Startup of the worker pool in us-central1 failed to bring up any of the desired 1 workers. The zone "
+        "'projects/p/zones/us-central1-c' does not have enough resources available to fulfill the request."
+    ),
     "QUOTA_EXCEEDED": (
         "Startup of the worker pool in zone us-central1-b failed to bring up any of the desired 1 workers. "
         "QUOTA_EXCEEDED: Instance 'gf-2-harness-0' creation failed: Quota 'NVIDIA_L4_GPUS' exceeded.  "
@@ -43,6 +48,9 @@ REAL_ERRORS = {
     "WORKERS_NEVER_STARTED": (
         "Workflow failed. Causes: The Dataflow job appears to be stuck because no worker activity has been seen "
         "in the last 1h. Please check the worker logs in Stackdriver Logging."
+    ),
+    "WORKERS_NEVER_STARTED ": (
+        "Startup of the worker pool in us-central1 failed to bring up any of the desired 2 workers."
     ),
     "NO_GPU_USAGE": (
         "WARNING:apache_beam.ml.inference.pytorch_inference:Model handler specified a 'GPU' device, but GPUs are "

@@ -35,9 +35,12 @@ log = logging.getLogger(__name__)
 
 CONSOLE = "https://console.cloud.google.com"
 
-#: Job messages that say the worker pool is up (Dataflow's wording for batch and streaming jobs).
-WORKERS_STARTED = re.compile(r"Workers have started successfully|Worker pool started|All workers have finished the "
-                             r"startup processes", re.I)
+#: Job messages that say the worker pool is up: "Workers have started successfully." and "All workers have
+#: finished the startup processes and began to receive work requests." Some service versions write them at
+#: JOB_MESSAGE_DETAILED importance, so they are read at DETAILED and above; the autoscaling events' worker
+#: count (as Google's Dataflow samples read it) is the other sign that workers are up.
+WORKERS_STARTED = re.compile(r"Workers have started successfully|All workers have finished the startup processes",
+                             re.I)
 
 
 class DataflowJobFailed(RuntimeError):
@@ -128,8 +131,23 @@ def staging_command(config: GpuflowConfig, names: ResourceNames, script: str, ar
                     job_name: str, streaming: bool) -> list[str]:
     """The command that lets Beam's DataflowRunner write a job's request to GCS (it starts nothing)."""
     template_uri = template_uri_for(names, job_name)
-    return [sys.executable, str(beam_jobs_dir() / script), *argv,
-            *dataflow_options(config, names, image, job_name, streaming, template_uri)]
+    command = [sys.executable, str(beam_jobs_dir() / script), *argv,
+               *dataflow_options(config, names, image, job_name, streaming, template_uri)]
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        # Staging into the GCS emulator (the offline proofs) has nothing to authenticate to. Without this, Beam
+        # spends about 30 s in its credential retries (`_get_credentials_with_retrys`), then connects anonymously.
+        command.append("--no_auth")
+    return command
+
+
+def gpu_metric_filter(metric_type: str, job_id: str) -> str:
+    """A Cloud Monitoring filter for one Dataflow job's GPU metric.
+
+    Dataflow's job GPU metrics (guide 000's "GPU utilization" and "GPU memory utilization" under resource type
+    "Dataflow Job") are written on the monitored resource ``dataflow_job`` with the job id as the *metric*
+    label ``job_id`` (docs.cloud.google.com/monitoring/api/metrics_gcp_d_h, section dataflow).
+    """
+    return f'metric.type = "{metric_type}" AND resource.type = "dataflow_job" AND metric.labels.job_id = "{job_id}"'
 
 
 def runtime_environment(config: GpuflowConfig, names: ResourceNames):
@@ -469,15 +487,23 @@ class GcpPlatform:
             view=dataflow_v1beta3.JobView.JOB_VIEW_SUMMARY))
         return dataflow_v1beta3.JobState(job.current_state)
 
-    def _new_messages(self, handle: JobHandle, seen: set[str]) -> list[Any]:
+    def _new_messages(self, handle: JobHandle, seen: set[str]) -> tuple[list[Any], int]:
+        """The job's messages not seen before (DETAILED and above), and its current worker count from the
+        latest autoscaling event (0 before any)."""
         from google.cloud import dataflow_v1beta3
 
-        messages = self.clients.dataflow_messages().list_job_messages(request=dataflow_v1beta3.ListJobMessagesRequest(
+        pager = self.clients.dataflow_messages().list_job_messages(request=dataflow_v1beta3.ListJobMessagesRequest(
             project_id=self.config.project, location=handle.location, job_id=handle.id,
-            minimum_importance=dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_BASIC))
+            minimum_importance=dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_DETAILED))
+        messages: list[Any] = []
+        events: list[Any] = []
+        for page in pager.pages:
+            messages += page.job_messages
+            events += page.autoscaling_events
         fresh = [m for m in messages if m.id not in seen]
         seen.update(m.id for m in fresh)
-        return fresh
+        latest = max(events, key=lambda event: event.time, default=None)
+        return fresh, latest.current_num_workers if latest is not None else 0
 
     def wait_for_job(self, handle: JobHandle, until: str) -> None:
         """Wait until the job runs with its workers up (``running``) or has finished (``done``).
@@ -504,9 +530,14 @@ class GcpPlatform:
         def reached() -> bool:
             nonlocal workers_started
             state = self._job_state(handle)
-            for message in self._new_messages(handle, seen):
-                log.info("  [%s] %s", dataflow_v1beta3.JobMessageImportance(message.message_importance).name,
-                         message.message_text)
+            messages, current_workers = self._new_messages(handle, seen)
+            if current_workers > 0 and not workers_started:
+                log.info("  autoscaling: %d worker(s) running", current_workers)
+                workers_started = True
+            for message in messages:
+                importance = dataflow_v1beta3.JobMessageImportance(message.message_importance)
+                log.log(logging.DEBUG if importance == importance.JOB_MESSAGE_DETAILED else logging.INFO,
+                        "  [%s] %s", importance.name, message.message_text)
                 if WORKERS_STARTED.search(message.message_text):
                     workers_started = True
                 if message.message_importance == dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_ERROR:
@@ -626,9 +657,10 @@ class GcpPlatform:
                                   ("memory_utilization", smoke.gpu_memory_metric)):
                 series = self.clients.monitoring().list_time_series(request=monitoring_v3.ListTimeSeriesRequest(
                     name=f"projects/{self.config.project}",
-                    filter=f'metric.type = "{metric}" AND resource.labels.job_id = "{handle.id}"',
+                    filter=gpu_metric_filter(metric, handle.id),
                     interval=interval, view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL))
-                readings[label] = [point.value.double_value or float(point.value.int64_value)
+                # INT64 percent (the metrics list), read as a fraction like nvidia-smi's readings.
+                readings[label] = [(point.value.int64_value or point.value.double_value) / 100
                                    for one in series for point in one.points]
             if all(readings.values()):
                 return True

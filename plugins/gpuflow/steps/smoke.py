@@ -61,7 +61,8 @@ def format_gpu_usage(usage: dict[str, Any]) -> str:
             f"{g['name']} {g['utilization']:.0%} busy, memory {g['memory_utilization']:.0%}" for g in usage["gpus"])
     return (f"GPU usage (Cloud Monitoring, job {usage['job_id']}, {usage['samples']} samples): utilisation max "
             f"{usage['max_utilization']:.0%}, mean {usage['mean_utilization']:.0%}; memory utilisation max "
-            f"{usage['max_memory_utilization']:.0%}")
+            f"{usage['max_memory_utilization']:.0%} (the share of time device memory was read or written, not how "
+            "full it is)")
 
 
 def check_gpu_usage(config: GpuflowConfig, usage: dict[str, Any]) -> None:

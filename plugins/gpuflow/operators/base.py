@@ -1,0 +1,78 @@
+"""What every gpuflow operator shares: the run's configuration from its Params, run-scoped names, console
+links read from XCom, and the step operator that runs one step in the profile's environment.
+
+Importing the operators is cheap: the steps, and through them torch, Beam and the Google clients, are imported
+inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports only its own module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.exceptions import AirflowFailException
+
+from gpuflow.trigger_form import run_settings
+
+
+def config_from_params(context: Any):
+    """The run's configuration: its config file, then its Params. A bad one fails the task without retries."""
+    from gpuflow.config import ConfigError, load_config
+
+    config_file, changed, lines = run_settings(context["dag"].dag_id, dict(context["params"]))
+    try:
+        return load_config(config_file, changed, lines)
+    except ConfigError as error:
+        raise AirflowFailException(str(error)) from None
+
+
+def names_for(context: Any, config):
+    from gpuflow.naming import resource_names, run_prefix
+
+    return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
+
+
+class XComUrlLink(BaseOperatorLink):
+    """A console link the task pushed to XCom (a URL, or a job handle with its ``url``)."""
+
+    name = ""
+    source_key = ""
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        from airflow.sdk.bases.xcom import BaseXCom as XCom
+
+        value = XCom.get_value(ti_key=ti_key, key=self.source_key)
+        if isinstance(value, dict):
+            value = value.get("url")
+        return value if isinstance(value, str) and value.startswith("https://") else ""
+
+
+CONSOLE = "https://console.cloud.google.com"
+
+
+class GpuflowStepOperator(BaseOperator):
+    """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment."""
+
+    template_fields = ("config_json", "image")
+    ui_color = "#e8f4fd"
+
+    # The one __init__ of all step operators, with the few step-specific arguments: Airflow merges the DAG's
+    # defaults once per __init__ in the class chain, and every merge counts at DAG parse time.
+    def __init__(self, *, config_json: Any = None, image: Any = None, launch_task_id: str = "launch", **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config_json = config_json
+        self.image = image  # verify_gpu: build_container's result
+        self.launch_task_id = launch_task_id  # cleanup: where the job handle was pushed
+
+    def execute(self, context: Any) -> Any:
+        from gpuflow.config import config_from_json
+        from gpuflow.platform import get_platform
+
+        config = config_from_json(self.config_json)
+        names = names_for(context, config)
+        platform = get_platform(config)
+        with platform.environment():
+            return self.run_step(config, names, platform, context)
+
+    def run_step(self, config, names, platform, context: Any) -> Any:
+        raise NotImplementedError

@@ -1,0 +1,41 @@
+"""The operator of gpu_quota_report."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from gpuflow.operators.base import config_from_params
+
+log = logging.getLogger(__name__)
+
+
+class GpuQuotaReportOperator(BaseOperator):
+    """Reads GPU quota headroom (gcp) or local GPUs (local); warns when it is below what inference needs."""
+
+    ui_color = "#fff3cd"
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from gpuflow.quota import format_quota, local_gpu_report, regional_gpu_quota, regions_client
+
+        config = config_from_params(context)
+        if config.profile == "local":
+            report = local_gpu_report(config)
+            if report["count"] == 0 and not report["torch_cuda_devices"]:
+                log.warning("no GPU on this machine (%s); the local profile runs inference on CPU",
+                            report.get("note", "nvidia-smi lists none"))
+            else:
+                log.info("local GPUs: %s", report["gpus"])
+            return {"profile": "local", **report}
+        readings = regional_gpu_quota(config, regions_client(config.gcp_conn_id))
+        log.info("GPU quota for %s:\n%s", config.project, format_quota(readings))
+        for reading in readings:
+            if not reading.enough:
+                log.warning(
+                    "%s: %g %s free, but llm_streaming_inference needs %d (gpu.count x worker.max_num_workers). "
+                    "Fix: request more quota or lower worker.max_num_workers.",
+                    reading.region, reading.headroom, reading.metric, reading.needed,
+                )
+        return {"profile": "gcp", "readings": [r.as_dict() for r in readings]}

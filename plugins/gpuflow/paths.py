@@ -1,0 +1,25 @@
+"""Where gpuflow's project files lie. No third-party imports: DAG files use it while they are parsed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def project_path(relative: str) -> Path:
+    """A project folder or file: beside plugins/ in a checkout, or under data/ where Cloud Composer puts it.
+
+    Composer mounts its bucket at /home/airflow/gcs with dags/, plugins/ and data/ side by side, so
+    PROJECT_ROOT is /home/airflow/gcs there and the files deployed to data/ are found under it.
+    """
+    candidates = (PROJECT_ROOT / relative, PROJECT_ROOT / "data" / relative)
+    return next((path for path in candidates if path.exists()), candidates[0])
+
+
+def resolve_config_path(config_file: str | Path | None, default: str = "configs/local.yaml") -> Path:
+    """Relative paths are looked up in the working directory, then in the project root."""
+    path = Path(config_file or project_path(default))
+    if path.is_absolute() or path.exists():
+        return path
+    return project_path(str(path))
