@@ -123,7 +123,8 @@ def gcp_env(emulators, monkeypatch):
     from tests.helpers import GCP_TEST_PROJECT
 
     env = gcp_test_environment(emulators, GCP_TEST_PROJECT, "google_cloud_default")
-    for key in ("NO_GCE_CHECK", "GOOGLE_CLOUD_PROJECT", "PUBSUB_PROJECT_ID", "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"):
+    for key in ("NO_GCE_CHECK", "GOOGLE_CLOUD_PROJECT", "PUBSUB_PROJECT_ID", "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT",
+                "PYTHONPATH"):
         monkeypatch.setenv(key, env[key])
     return env
 

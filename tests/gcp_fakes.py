@@ -369,6 +369,20 @@ class FakeRegionsClient:
         return compute_v1.Region(name=request.region, quotas=quotas)
 
 
+class FakeProjectsClient:
+    """Answers ProjectsClient.get with the project's quotas, GPUS_ALL_REGIONS among them; records each request."""
+
+    def __init__(self, quotas=(("GPUS_ALL_REGIONS", 16, 0), ("CPUS_ALL_REGIONS", 96, 0))):
+        self.quotas = quotas
+        self.requests = []
+
+    def get(self, request):
+        assert isinstance(request, compute_v1.GetProjectRequest)
+        self.requests.append(request)
+        return compute_v1.Project(name=request.project, quotas=[
+            compute_v1.Quota(metric=metric, limit=limit, usage=usage) for metric, limit, usage in self.quotas])
+
+
 class FakeMonitoring:
     """Cloud Monitoring's MetricService: ListTimeSeries answers a GPU metric's points for the asked job.
 
@@ -407,12 +421,14 @@ class FakeMonitoring:
 class FakeGoogleCloud:
     """Stands in for gpuflow.platform.gcp_clients.GcpClients: the same methods, answering with the fakes."""
 
-    def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None):
+    def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
+                 projects=None):
         self.registry = registry or FakeArtifactRegistry()
         self.metrics = monitoring or FakeMonitoring()
         self.dataflow = dataflow or FakeDataflow()
         self.vertex = vertex or FakeVertex()
         self.build = build or FakeCloudBuild(self.registry)
+        self.projects = projects or FakeProjectsClient()
         self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
 
@@ -442,12 +458,18 @@ class FakeGoogleCloud:
     def compute_regions(self):
         return self.regions
 
+    def compute_projects(self):
+        return self.projects
+
     def monitoring(self):
         return self.metrics
 
 
 def gcp_test_environment(emulator_env: dict[str, str], project: str, conn_id: str) -> dict[str, str]:
-    """The emulators behind the gcp profile's hooks: an anonymous connection, and no metadata-server probing."""
+    """The emulators behind the gcp profile's hooks: an anonymous connection, no metadata-server probing, and
+    anonymous Application Default Credentials at once in subprocesses (tests/anonymous_adc/sitecustomize.py)."""
     connection = {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": project}}
+    python_path = os.pathsep.join(filter(None, [str(ROOT / "tests" / "anonymous_adc"), os.environ.get("PYTHONPATH")]))
     return {**os.environ, **emulator_env, f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(connection),
-            "NO_GCE_CHECK": "True", "GOOGLE_CLOUD_PROJECT": project, "PUBSUB_PROJECT_ID": project}
+            "NO_GCE_CHECK": "True", "GOOGLE_CLOUD_PROJECT": project, "PUBSUB_PROJECT_ID": project,
+            "PYTHONPATH": python_path}

@@ -42,9 +42,13 @@ def worker_accelerator(config: GpuflowConfig) -> str:
                              use_mps=effective_sharing(config) == "mps").option()
 
 
+#: Dataflow's right-fitting page (docs.cloud.google.com/dataflow/docs/guides/right-fitting), "accelerator":
+#: ``type:GPU_TYPE;count:GPU_COUNT;machine_type:MACHINE_TYPE;CONFIGURATION_OPTIONS`` -- the GPU's machine type
+#: goes inside the hint.
 def accelerator_hint(config: GpuflowConfig) -> str:
-    """Beam's ``accelerator`` resource hint for right fitting: the same tokens, without the option's name."""
-    return WorkerAccelerator(config.gpu.type, config.gpu.count, install_driver=True).option().removeprefix(PREFIX)
+    """Beam's ``accelerator`` resource hint for right fitting, with the GPU's machine type inside it."""
+    return (f"type:{config.gpu.type};count:{config.gpu.count};machine_type:{config.gpu.machine_type};"
+            "install-nvidia-driver")
 
 
 def effective_sharing(config: GpuflowConfig) -> str:

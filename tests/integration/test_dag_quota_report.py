@@ -2,7 +2,7 @@
 
 from airflow.utils.state import DagRunState
 
-from tests.gcp_fakes import FakeRegionsClient
+from tests.gcp_fakes import FakeProjectsClient, FakeRegionsClient
 
 
 def quota_dag():
@@ -26,9 +26,11 @@ def test_local_profile_reports_this_machines_gpus(airflow_db):
 
 def test_gcp_profile_reads_regional_quota(airflow_db, monkeypatch):
     client = FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 4, 4)]})
-    monkeypatch.setattr("gpuflow.quota.regions_client", lambda conn_id: client)
+    projects = FakeProjectsClient((("GPUS_ALL_REGIONS", 8, 1),))
+    monkeypatch.setattr("gpuflow.quota.compute_clients", lambda conn_id: (client, projects))
     run = quota_dag().test(run_conf={"config_file": "configs/gcp.example.yaml"})
     assert run.state == DagRunState.SUCCESS
-    (reading,) = report_of(run)["readings"]
-    assert (reading["metric"], reading["headroom"], reading["enough"]) == ("NVIDIA_L4_GPUS", 0.0, False)
+    regional, project_wide = report_of(run)["readings"]
+    assert (regional["metric"], regional["headroom"], regional["enough"]) == ("NVIDIA_L4_GPUS", 0.0, False)
+    assert (project_wide["region"], project_wide["metric"], project_wide["headroom"]) == ("global", "GPUS_ALL_REGIONS", 7.0)
     assert client.requests[0].project == "my-gcp-project"

@@ -58,7 +58,8 @@ def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs):
 
     hinted = sorted(t.unique_name for t in transforms if hint(t))
     assert hinted and all(name.split("/")[0] == "RunInference" for name in hinted), hinted
-    assert {hint(t) for t in transforms if hint(t)} == {b"type:nvidia-l4;count:1;install-nvidia-driver"}
+    assert {hint(t) for t in transforms if hint(t)} == {
+        b"type:nvidia-l4;count:1;machine_type:g2-standard-8;install-nvidia-driver"}
     unhinted = {t.unique_name.split("/")[0] for t in transforms if not hint(t)}
     assert {"ToRecord", "Validate", "AnswerMessages", "DeadLetterMessages"} <= unhinted, unhinted
 

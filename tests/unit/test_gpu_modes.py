@@ -37,7 +37,10 @@ def test_worker_accelerator_is_the_default_request():
 
 def test_resource_hint_asks_on_the_inference_step_with_prime_and_never_sends_worker_accelerator():
     options, argv = options_of(gcp_config("gpu.request=resource_hint"))
-    assert argv[argv.index("--accelerator-hint") + 1] == L4
+    # The right-fitting page's syntax: the GPU's machine type inside the hint.
+    assert argv[argv.index("--accelerator-hint") + 1] == "type:nvidia-l4;count:1;machine_type:g2-standard-8;" \
+                                                        "install-nvidia-driver"
+    assert "--enable_streaming_engine" in options  # horizontal autoscaling for a streaming job
     assert "--dataflow_service_options=enable_prime" in options
     assert not [o for o in options if "worker_accelerator" in o]
 

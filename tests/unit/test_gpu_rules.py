@@ -52,6 +52,10 @@ CASES = [
      "gpu_request_and_sharing", "gpu.sharing", "error", "drop one: mps or single_process"),
     (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-custom-1-6656", "model.dtype=float32", "gpu.sharing=mps"],
      "gpu_request_and_sharing", "gpu.sharing", "error", "more vCPUs"),
+    (["gpu.sharing=mps", "gpu.machine_type=g2-standard-24", "gpu.count=2"],
+     "gpu_request_and_sharing", "gpu.sharing", "error", "gpu.count: 1"),
+    (["gpu.sharing=mps", "gpu.machine_type=g2-standard-8", "dataflow_service_options=[enable_prime]"],
+     "gpu_request_and_sharing", "gpu.sharing", "error", "drop enable_prime"),
     (["gpu.request=resource_hint", "gpu.sharing=mps", "gpu.machine_type=g2-standard-8"],
      "gpu_request_and_sharing", "gpu.sharing", "error", "gpu.request: worker_accelerator"),
     (["gpu.request=resource_hint",
@@ -106,3 +110,21 @@ def test_the_catalog_records_its_sources_and_dates():
     for table in ("gpu_types", "machine_types", "regions"):
         assert catalog._load("gpus")[table]["source"] and catalog.table_date(table) == "2026-11-29"
     assert catalog._load("models")["source"]
+
+
+@pytest.mark.parametrize(("overrides", "errors"), [
+    (["gpu.request=resource_hint"], ["worker.max_num_workers"]),
+    (["gpu.request=resource_hint", "worker.max_num_workers=4", "dataflow.experiments=[disable_streaming_engine]"],
+     ["dataflow.experiments"]),
+    (["gpu.request=resource_hint", "worker.max_num_workers=4"], []),
+    (["worker.max_num_workers=1"], []),  # worker_accelerator: no autoscaling needed
+])
+def test_streaming_right_fitting_needs_horizontal_autoscaling(overrides, errors):
+    from gpuflow.preflight.gpu_rules import streaming_right_fitting_autoscales
+
+    found = list(streaming_right_fitting_autoscales(load_config(None, overrides=overrides)))
+    assert [f.field for f in found if f.level == "error"] == errors
+    assert all("2 or more" in f.fix for f in found if f.field == "worker.max_num_workers")
+    assert any(f.level == "info" and "recent" in f.problem for f in found) == ("gpu.request=resource_hint" in overrides)
+    # The streaming workflow's preflight runs it.
+    assert [f.field for f in findings(*overrides) if f.level == "error" and f.field in errors] == errors

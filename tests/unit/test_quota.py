@@ -3,8 +3,8 @@
 import pytest
 
 from gpuflow.config import load_config
-from gpuflow.quota import format_quota, local_gpu_report, quota_regions, regional_gpu_quota
-from tests.gcp_fakes import FakeRegionsClient
+from gpuflow.quota import format_quota, global_gpu_quota, gpu_quota, local_gpu_report, quota_regions, regional_gpu_quota
+from tests.gcp_fakes import FakeProjectsClient, FakeRegionsClient
 
 
 def config(*overrides):
@@ -28,9 +28,27 @@ def test_headroom_per_region_against_count_times_max_workers():
     assert "NOT ENOUGH" in table and "us-east4" in table
 
 
-def test_a_region_without_the_metric_has_no_quota():
+def test_a_metric_the_api_does_not_report_is_unknown_with_its_fix_never_a_limit_of_zero():
     readings = regional_gpu_quota(config(), FakeRegionsClient({"us-central1": [("CPUS", 24, 0)]}))
-    assert (readings[0].limit, readings[0].enough) == (0.0, False)
+    assert (readings[0].known, readings[0].limit, readings[0].enough) == (False, None, None)
+    assert "IAM & Admin > Quotas" in readings[0].fix and "UNKNOWN" in format_quota(readings)
+
+
+def test_h100_has_no_regional_compute_metric_and_is_reported_unknown_with_the_gpu_family_quota():
+    cfg = config("gpu.type=nvidia-h100-80gb", "gpu.machine_type=a3-highgpu-8g", "gpu.count=8")
+    client = FakeRegionsClient({"us-central1": [("PREEMPTIBLE_NVIDIA_H100_GPUS", 8, 0)]})
+    (reading,) = regional_gpu_quota(cfg, client)
+    assert not reading.known and "GPUS-PER-GPU-FAMILY-per-project-region" in reading.fix
+    assert client.requests == []  # nothing to read in Compute Engine's regional quotas
+
+
+def test_the_project_wide_gpu_quota_bounds_every_launch():
+    cfg = config("worker.max_num_workers=4")
+    regional, project_wide = gpu_quota(cfg, FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 16, 0)]}),
+                                       FakeProjectsClient((("GPUS_ALL_REGIONS", 4, 2),)))
+    assert regional.enough and (project_wide.region, project_wide.headroom, project_wide.enough) == ("global", 2.0, False)
+    unknown = global_gpu_quota(cfg, FakeProjectsClient(()))
+    assert not unknown.known and "project-info describe" in unknown.fix
 
 
 def test_t4_uses_its_own_metric():

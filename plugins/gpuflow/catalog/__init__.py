@@ -30,7 +30,8 @@ class GpuType:
     bf16: bool
     families: tuple[str, ...]
     counts: tuple[int, ...]
-    quota_metric: str
+    quota_metric: str | None  # None: no regional Compute Engine metric (quota_note says where the quota is)
+    quota_note: str | None = None
     min_beam: str | None = None
     recommended_beam: str | None = None
     min_driver: int | None = None
@@ -57,6 +58,7 @@ def gpu_types() -> dict[str, GpuType]:
             families=tuple(row["families"]),
             counts=tuple(row.get("counts", ())),
             quota_metric=row["quota_metric"],
+            quota_note=row.get("quota_note"),
             min_beam=row.get("min_beam"),
             recommended_beam=row.get("recommended_beam"),
             min_driver=row.get("min_driver"),

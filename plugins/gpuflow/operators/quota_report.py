@@ -18,7 +18,7 @@ class GpuQuotaReportOperator(BaseOperator):
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.quota import format_quota, local_gpu_report, regional_gpu_quota, regions_client
+        from gpuflow.quota import compute_clients, format_quota, gpu_quota, local_gpu_report
 
         config = config_from_params(context)
         if config.profile == "local":
@@ -29,10 +29,12 @@ class GpuQuotaReportOperator(BaseOperator):
             else:
                 log.info("local GPUs: %s", report["gpus"])
             return {"profile": "local", **report}
-        readings = regional_gpu_quota(config, regions_client(config.gcp_conn_id))
+        readings = gpu_quota(config, *compute_clients(config.gcp_conn_id))
         log.info("GPU quota for %s:\n%s", config.project, format_quota(readings))
         for reading in readings:
-            if not reading.enough:
+            if not reading.known:
+                log.warning("%s %s: unknown. Fix: %s", reading.region, reading.metric, reading.fix)
+            elif not reading.enough:
                 log.warning(
                     "%s: %g %s free, but llm_streaming_inference needs %d (gpu.count x worker.max_num_workers). "
                     "Fix: request more quota or lower worker.max_num_workers.",

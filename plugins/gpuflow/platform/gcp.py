@@ -114,6 +114,9 @@ def dataflow_options(config: GpuflowConfig, names: ResourceNames, image: str, jo
     ]
     if streaming:
         options.append("--streaming")
+        if config.gpu.request == "resource_hint":
+            # Right fitting supports streaming only with horizontal autoscaling, which Streaming Engine gives.
+            options.append("--enable_streaming_engine")
     if config.dataflow.service_account:
         options.append(f"--service_account_email={config.dataflow.service_account}")
     if config.dataflow.network:
@@ -131,13 +134,8 @@ def staging_command(config: GpuflowConfig, names: ResourceNames, script: str, ar
                     job_name: str, streaming: bool) -> list[str]:
     """The command that lets Beam's DataflowRunner write a job's request to GCS (it starts nothing)."""
     template_uri = template_uri_for(names, job_name)
-    command = [sys.executable, str(beam_jobs_dir() / script), *argv,
-               *dataflow_options(config, names, image, job_name, streaming, template_uri)]
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
-        # Staging into the GCS emulator (the offline proofs) has nothing to authenticate to. Without this, Beam
-        # spends about 30 s in its credential retries (`_get_credentials_with_retrys`), then connects anonymously.
-        command.append("--no_auth")
-    return command
+    return [sys.executable, str(beam_jobs_dir() / script), *argv,
+            *dataflow_options(config, names, image, job_name, streaming, template_uri)]
 
 
 def gpu_metric_filter(metric_type: str, job_id: str) -> str:
@@ -678,8 +676,11 @@ class GcpPlatform:
                 "max_memory_utilization": max(readings["memory_utilization"])}
 
     def gpu_capacity(self) -> dict[str, Any]:
-        from gpuflow.quota import regional_gpu_quota
+        """The region's GPU quota and the project-wide GPUS_ALL_REGIONS; ``enough`` is False only when a quota
+        is known to be too small (an unknown one is reported with its fix)."""
+        from gpuflow.quota import gpu_quota
 
-        readings = regional_gpu_quota(self.config, self.clients.compute_regions(), regions=[self.config.region])
+        readings = gpu_quota(self.config, self.clients.compute_regions(), self.clients.compute_projects(),
+                             regions=[self.config.region])
         return {"source": "compute-quota", "readings": [r.as_dict() for r in readings],
-                "enough": all(r.enough for r in readings)}
+                "enough": all(r.enough is not False for r in readings)}

@@ -76,6 +76,11 @@ class GcpClients:
         return artifactregistry_v1.ArtifactRegistryClient(**self._client_kwargs())
 
     def compute_regions(self):
-        from gpuflow.quota import regions_client
+        from gpuflow.quota import compute_clients
 
-        return regions_client(self.conn_id)
+        return compute_clients(self.conn_id)[0]
+
+    def compute_projects(self):
+        from gpuflow.quota import compute_clients
+
+        return compute_clients(self.conn_id)[1]

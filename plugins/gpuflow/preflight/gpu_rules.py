@@ -221,6 +221,13 @@ def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
                     "dataflow_service_options would give every worker a GPU as well",
                     "remove worker_accelerator from dataflow_service_options (use one or the other, never both)")
     if sharing == "mps":
+        # docs.cloud.google.com/dataflow/docs/gpu/use-nvidia-mps, "Support and limitations".
+        if config.gpu.count > 1:
+            yield error("gpu.sharing", f"MPS is supported only on Dataflow workers that use a single GPU; "
+                        f"gpu.count is {config.gpu.count}", "set gpu.count: 1, or another gpu.sharing")
+        if "enable_prime" in config.dataflow_service_options:
+            yield error("gpu.sharing", "Dataflow Prime doesn't support MPS, and dataflow_service_options has "
+                        "enable_prime", "drop enable_prime, or use another gpu.sharing")
         if "no_use_multiple_sdk_containers" in config.dataflow.experiments:
             yield error("gpu.sharing", "MPS shares the GPU between several SDK processes, and "
                         "no_use_multiple_sdk_containers leaves only one", "drop one: mps or single_process")
@@ -244,6 +251,28 @@ def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
             else f"Dataflow's default of one SDK process per vCPU ({machine.vcpus}), each with its own copy"
         yield info("gpu.sharing", f"one model copy needs about {needed_gb:.1f} GB, {share:.0%} of one "
                    f"{gpu.name} ({gpu.memory_gb} GB)", f"gpuflow uses {chosen}")
+
+
+def streaming_right_fitting_autoscales(config: GpuflowConfig) -> Iterator[Finding]:
+    """Right fitting on a streaming pipeline needs horizontal autoscaling.
+
+    docs.cloud.google.com/dataflow/docs/guides/right-fitting, "Support and limitations": older revisions say
+    batch pipelines only; newer ones add "streaming pipelines with horizontal autoscaling enabled". gpuflow's
+    streaming job then runs on Streaming Engine (--enable_streaming_engine), which autoscales horizontally
+    between one worker and worker.max_num_workers.
+    """
+    if config.gpu.request != "resource_hint":
+        return
+    if config.worker.max_num_workers <= 1:
+        yield error("worker.max_num_workers", "right fitting (gpu.request: resource_hint) on a streaming pipeline "
+                    "needs horizontal autoscaling, and worker.max_num_workers 1 leaves nothing to scale",
+                    "set worker.max_num_workers to 2 or more, or use gpu.request: worker_accelerator")
+    if "disable_streaming_engine" in config.dataflow.experiments:
+        yield error("dataflow.experiments", "right fitting on a streaming pipeline needs horizontal autoscaling, "
+                    "which needs Streaming Engine", "remove disable_streaming_engine from dataflow.experiments")
+    yield info("gpu.request", "Dataflow supports right fitting for streaming pipelines only in recent revisions "
+               "of its right-fitting page (batch pipelines have long been supported)",
+               "if the job is refused, use gpu.request: worker_accelerator for streaming")
 
 
 def region_offers_gpu(config: GpuflowConfig) -> Iterator[Finding]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig
 from gpuflow.preflight.findings import Finding, error, warning
-from gpuflow.preflight.gpu_rules import GPU_RULES
+from gpuflow.preflight.gpu_rules import GPU_RULES, streaming_right_fitting_autoscales
 
 Rule = Callable[[GpuflowConfig], Iterator[Finding]]
 
@@ -179,7 +179,7 @@ def java_for_local_spark(config: GpuflowConfig) -> Iterator[Finding]:
 
 #: Configuration rules that only one workflow's tasks make true (the Dataproc batch exports no model).
 WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
-    "inference": [demo_model_is_local_only],
+    "inference": [demo_model_is_local_only, streaming_right_fitting_autoscales],
     "dataproc": [],
 }
 

@@ -25,21 +25,20 @@ def check_quota(config: GpuflowConfig, platform: Platform) -> dict[str, Any]:
             log.warning("no GPU on this machine (%s); the local profile runs inference on CPU",
                         capacity.get("note", "nvidia-smi lists none"))
         return capacity
-    from gpuflow.quota import format_quota
+    from gpuflow.quota import QuotaReading, format_quota
 
-    for reading in capacity["readings"]:
-        log.info("GPU quota:\n%s", format_quota([_reading(reading)]))
-        if not reading["enough"]:
+    readings = [QuotaReading(**{key: reading[key] for key in QuotaReading.__dataclass_fields__})
+                for reading in capacity["readings"]]
+    log.info("GPU quota:\n%s", format_quota(readings))
+    for reading in readings:
+        if not reading.known:
+            log.warning("%s %s: unknown, so it cannot be checked before the launch. Fix: %s", reading.region,
+                        reading.metric, reading.fix)
+        elif not reading.enough:
             raise QuotaTooLow(
-                f"{reading['region']}: {reading['metric']} quota is {reading['limit']:g} with {reading['usage']:g} in "
-                f"use, so {reading['headroom']:g} free, but the job needs {reading['needed']} "
+                f"{reading.region}: {reading.metric} quota is {reading.limit:g} with {reading.usage or 0:g} in "
+                f"use, so {reading.headroom:g} free, but the job needs {reading.needed} "
                 f"({config.gpu.count} GPU(s) x {config.worker.max_num_workers} worker(s)). Fix: request more quota "
                 "for that metric (IAM & Admin > Quotas), lower worker.max_num_workers, or use another region."
             )
     return capacity
-
-
-def _reading(values: dict[str, Any]):
-    from gpuflow.quota import QuotaReading
-
-    return QuotaReading(values["region"], values["metric"], values["limit"], values["usage"], values["needed"])
