@@ -1,4 +1,6 @@
-"""Dataflow's GPU service option, built by us and checked when a user writes one by hand.
+"""GPU sizing and GPU options in one place: the inference dtype, the memory a model copy takes and its share
+of the GPU; Dataflow's worker_accelerator option, the right-fitting hint and the sharing mode. Preflight's GPU
+rules read from here; nothing here reads preflight.
 
 Dataflow wants ``worker_accelerator=type:GPU;count:N;install-nvidia-driver`` with the tokens in
 that order (``use_nvidia_mps`` may follow). A hand-written option with tokens out of order or
@@ -9,7 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
+
+#: Share of a GPU's memory above which one model copy per process is the only copy that fits.
+SINGLE_PROCESS_SHARE = 0.5
 
 PREFIX = "worker_accelerator="
 _ORDER = ("type", "count", "install-nvidia-driver")
@@ -55,8 +61,6 @@ def effective_sharing(config: GpuflowConfig) -> str:
     """gpu.sharing, with ``auto`` decided from the memory one model copy takes ("default": Dataflow's own)."""
     if config.gpu.sharing != "auto":
         return config.gpu.sharing
-    from gpuflow.preflight.gpu_rules import SINGLE_PROCESS_SHARE, model_gpu_share
-
     share = model_gpu_share(config)
     return "single_process" if share is not None and share > SINGLE_PROCESS_SHARE else "default"
 
@@ -91,3 +95,37 @@ def parse_worker_accelerator(option: str) -> WorkerAccelerator:
         install_driver="install-nvidia-driver" in values,
         use_mps="use_nvidia_mps" in values,
     )
+
+
+# -- sizing ---------------------------------------------------------------------------------------------
+
+
+def effective_dtype(config: GpuflowConfig) -> str:
+    """model.dtype, with auto decided by the GPU: bfloat16 where it computes in bf16, else float32."""
+    gpu = catalog.gpu_type(config.gpu.type)
+    if config.model.dtype != "auto":
+        return config.model.dtype
+    return "bfloat16" if gpu is None or gpu.bf16 else "float32"
+
+
+def model_parameters_m(config: GpuflowConfig) -> float | None:
+    """model.parameters_m, or the catalog's size for a known model; None when neither knows."""
+    if config.model.parameters_m:
+        return config.model.parameters_m
+    size = catalog.model_size(config.model.name)
+    return size.parameters_m if size else None
+
+
+def model_memory_gb(config: GpuflowConfig) -> float | None:
+    """Weights plus runtime overhead in the inference dtype; None when the model's size is unknown."""
+    parameters_m = model_parameters_m(config)
+    if parameters_m is None:
+        return None
+    return parameters_m * 1e6 * catalog.bytes_per_parameter(effective_dtype(config)) * catalog.runtime_overhead() / 1e9
+
+
+def model_gpu_share(config: GpuflowConfig) -> float | None:
+    """The share of one GPU's memory a model copy takes; None when the model or GPU is unknown."""
+    gpu = catalog.gpu_type(config.gpu.type)
+    needed_gb = model_memory_gb(config)
+    return None if gpu is None or needed_gb is None else needed_gb / gpu.memory_gb

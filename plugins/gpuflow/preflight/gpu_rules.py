@@ -10,10 +10,19 @@ from collections.abc import Iterator
 
 from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
+from gpuflow.gpu_options import (
+    PREFIX,
+    SINGLE_PROCESS_SHARE,
+    AcceleratorOptionError,
+    effective_dtype,
+    effective_sharing,
+    model_gpu_share,
+    model_memory_gb,
+    model_parameters_m,
+    parse_worker_accelerator,
+    worker_accelerator,
+)
 from gpuflow.preflight.findings import Finding, error, info, warning
-
-#: Share of a GPU's memory above which one model copy per process is the only copy that fits.
-SINGLE_PROCESS_SHARE = 0.5
 
 
 def gpu_type_known(config: GpuflowConfig) -> Iterator[Finding]:
@@ -56,7 +65,6 @@ def machine_type_fits_gpu(config: GpuflowConfig) -> Iterator[Finding]:
 
 
 def service_options_well_formed(config: GpuflowConfig) -> Iterator[Finding]:
-    from gpuflow.gpu_options import PREFIX, AcceleratorOptionError, parse_worker_accelerator, worker_accelerator
 
     for option in config.dataflow_service_options:
         if not option.startswith(PREFIX):
@@ -113,13 +121,6 @@ def container_cuda_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
                     f"set beam_version to {recipe.min_beam} or later, or use another recipe")
 
 
-def _effective_dtype(config: GpuflowConfig) -> str:
-    gpu = catalog.gpu_type(config.gpu.type)
-    if config.model.dtype != "auto":
-        return config.model.dtype
-    return "bfloat16" if gpu is None or gpu.bf16 else "float32"
-
-
 def dtype_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
     gpu = catalog.gpu_type(config.gpu.type)
     if gpu is None or gpu.bf16:
@@ -133,36 +134,13 @@ def dtype_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
                       "check the memory findings, or use nvidia-l4 for bfloat16")
 
 
-def _model_parameters_m(config: GpuflowConfig) -> float | None:
-    if config.model.parameters_m:
-        return config.model.parameters_m
-    size = catalog.model_size(config.model.name)
-    return size.parameters_m if size else None
-
-
-def _model_memory_gb(config: GpuflowConfig) -> float | None:
-    """Weights plus runtime overhead in the inference dtype; None when the model's size is unknown."""
-    parameters_m = _model_parameters_m(config)
-    if parameters_m is None:
-        return None
-    return parameters_m * 1e6 * catalog.bytes_per_parameter(_effective_dtype(config)) * catalog.runtime_overhead() / 1e9
-
-
-def model_gpu_share(config: GpuflowConfig) -> float | None:
-    """The share of one GPU's memory a model copy takes; None when the model or GPU is unknown."""
-    gpu = catalog.gpu_type(config.gpu.type)
-    needed_gb = _model_memory_gb(config)
-    return None if gpu is None or needed_gb is None else needed_gb / gpu.memory_gb
-
-
 def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
     """The copy must fit the GPU and the worker; how copies share the GPU is gpu_request_and_sharing's."""
-    from gpuflow.gpu_options import effective_sharing
 
     gpu = catalog.gpu_type(config.gpu.type)
     machine = catalog.machine_spec(config.gpu.machine_type)
-    parameters_m = _model_parameters_m(config)
-    needed_gb = _model_memory_gb(config)
+    parameters_m = model_parameters_m(config)
+    needed_gb = model_memory_gb(config)
     share = model_gpu_share(config)
     if parameters_m is None or needed_gb is None:
         yield warning("model.parameters_m", f"the catalog does not know the size of {config.model.name}",
@@ -170,7 +148,7 @@ def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
         return
     if gpu is None or share is None:
         return
-    dtype = _effective_dtype(config)
+    dtype = effective_dtype(config)
     numbers = f"{parameters_m:g}M parameters in {dtype} need about {needed_gb:.1f} GB; one {gpu.name} has {gpu.memory_gb} GB"
     if share > 1:
         yield error("gpu.type", f"the model does not fit: {numbers}",
@@ -209,11 +187,10 @@ def custom_machine_valid(config: GpuflowConfig) -> Iterator[Finding]:
 
 def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
     """How the GPU is asked for and shared; explains the choice with the memory numbers (the guides' advice)."""
-    from gpuflow.gpu_options import PREFIX, effective_sharing
 
     machine = catalog.machine_spec(config.gpu.machine_type)
     gpu = catalog.gpu_type(config.gpu.type)
-    share, needed_gb = model_gpu_share(config), _model_memory_gb(config)
+    share, needed_gb = model_gpu_share(config), model_memory_gb(config)
     sharing = effective_sharing(config)
     hand_written = [o for o in config.dataflow_service_options if o.startswith(PREFIX)]
     if config.gpu.request == "resource_hint" and hand_written:

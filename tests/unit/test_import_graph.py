@@ -1,0 +1,53 @@
+"""Dependencies run one way: no gpuflow module imports, at any depth (lazy imports included), one that imports it."""
+
+import ast
+
+from tests.helpers import ROOT
+
+PLUGINS = ROOT / "plugins"
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in (PLUGINS / "gpuflow").rglob("*.py"):
+        name = ".".join(path.relative_to(PLUGINS).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[name] |= {target for target in targets if target in modules and target != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                found.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert "gpuflow.preflight.gpu_rules" in graph and "gpuflow.gpu_options" in graph["gpuflow.preflight.gpu_rules"]
+    assert cycles(graph) == []
+
+
+def test_a_cycle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
