@@ -47,9 +47,6 @@ class XComUrlLink(BaseOperatorLink):
         return value if isinstance(value, str) and value.startswith("https://") else ""
 
 
-CONSOLE = "https://console.cloud.google.com"
-
-
 class GpuflowStepOperator(BaseOperator):
     """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment."""
 

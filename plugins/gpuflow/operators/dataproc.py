@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from gpuflow.operators.base import CONSOLE, GpuflowStepOperator, XComUrlLink, config_from_params, names_for
+from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,14 @@ class DataprocBatchOperator(GpuflowStepOperator):
     def execute(self, context: Any) -> Any:
         from gpuflow.config import config_from_json
         from gpuflow.dataproc import batch_id_for
+        from gpuflow.platform.console import dataproc_batch_url
         from gpuflow.steps.dataproc_batch import BatchFailed, run_local_batch, submit_gcp_batch
 
         config = self._config = config_from_json(self.config_json)
         if config.profile == "local":
             return run_local_batch(config)
         prefix = names_for(context, config).prefix
-        batch_url = f"{CONSOLE}/dataproc/batches/{config.region}/{batch_id_for(prefix)}/monitoring?project={config.project}"
+        batch_url = dataproc_batch_url(config.project, config.region, batch_id_for(prefix))
         context["ti"].xcom_push(key=DataprocBatchLink.source_key, value=batch_url)
 
         def remember(operation) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from gpuflow.operators.base import CONSOLE, GpuflowStepOperator, XComUrlLink, config_from_params, names_for
+from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for
+
+if TYPE_CHECKING:  # gpuflow.platform is imported when a task runs, never when a DAG file is parsed
+    from gpuflow.platform import JobHandle
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +87,9 @@ class ExportModelOperator(GpuflowStepOperator):
 
         self._platform = platform
 
-        def remember(job_name: str) -> None:
-            self._remote_job = job_name
-            _, _, location, _, job_id = job_name.split("/")[1:6]
-            url = f"{CONSOLE}/vertex-ai/locations/{location}/training/{job_id}/cpu?project={config.project}"
-            context["ti"].xcom_push(key=VertexAIJobLink.source_key, value=url)
+        def remember(job: JobHandle) -> None:
+            self._remote_job = job.name
+            context["ti"].xcom_push(key=VertexAIJobLink.source_key, value=job.url)
 
         result = export_model(config, names, platform, on_job=remember)
         context["outlet_events"][STATE_DICT_ASSET].extra = {
@@ -115,10 +116,9 @@ class BuildContainerOperator(GpuflowStepOperator):
 
         self._platform = platform
 
-        def remember(build_id: str) -> None:
-            self._build_id = build_id
-            url = f"{CONSOLE}/cloud-build/builds;region={config.region}/{build_id}?project={config.project}"
-            context["ti"].xcom_push(key=CloudBuildLink.source_key, value=url)
+        def remember(build: JobHandle) -> None:
+            self._build_id = build.id
+            context["ti"].xcom_push(key=CloudBuildLink.source_key, value=build.url)
 
         return build_container(config, names, platform, on_build=remember)
 

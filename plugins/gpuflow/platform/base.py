@@ -16,7 +16,7 @@ from gpuflow.naming import ResourceNames
 class JobHandle(BaseModel):
     """The one object that crosses tasks (through XCom): enough to find and stop a running job."""
 
-    kind: Literal["local-process", "dataflow"]
+    kind: Literal["local-process", "dataflow", "vertex-custom-job", "cloud-build"]
     id: str
     name: str
     location: str
@@ -42,14 +42,23 @@ class Platform(Protocol):
     def environment(self) -> contextlib.AbstractContextManager[Any]:
         """What must be set in this process while hooks and subprocesses run."""
 
-    def export_model(self, model_name: str, names: ResourceNames, on_job: Callable[[str], None] | None = None) -> str:
+    def export_model(self, model_name: str, names: ResourceNames,
+                     on_job: Callable[[JobHandle], None] | None = None) -> str:
         """Write the model's bf16 state_dict (and config, tokenizer) under ``names``; return its URI.
 
-        ``on_job`` hears the id of a remote export job as soon as it exists (for on_kill and links)."""
+        ``on_job`` hears a remote export job as soon as it exists (for on_kill and its console link)."""
+
+    def cancel_export(self, job_name: str) -> None:
+        """Cancel a remote export job (on_kill); the local profile has none."""
 
     def build_image(self, context_dir: Path, image: str, names: ResourceNames,
-                    on_build: Callable[[str], None] | None = None) -> ImageBuildResult:
-        """Build the worker container from a rendered context, or say plainly why it was not built."""
+                    on_build: Callable[[JobHandle], None] | None = None) -> ImageBuildResult:
+        """Build the worker container from a rendered context, or say plainly why it was not built.
+
+        ``on_build`` hears a remote build as soon as it exists (for on_kill and its console link)."""
+
+    def cancel_build(self, build_id: str) -> None:
+        """Cancel a remote build (on_kill); the local profile has none."""
 
     def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
         """Run beam_jobs/gpu_check.py where the workers run; return its report."""

@@ -29,11 +29,10 @@ from gpuflow import catalog
 from gpuflow.config import GpuflowConfig, beam_jobs_dir
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import ImageBuildResult, JobHandle
+from gpuflow.platform.console import cloud_build_url, dataflow_job_url, vertex_custom_job_url
 from gpuflow.platform.gcp_clients import GcpClients
 
 log = logging.getLogger(__name__)
-
-CONSOLE = "https://console.cloud.google.com"
 
 #: Job messages that say the worker pool is up: "Workers have started successfully." and "All workers have
 #: finished the startup processes and began to receive work requests." Some service versions write them at
@@ -294,7 +293,8 @@ class GcpPlatform:
             ),
         )
 
-    def export_model(self, model_name: str, names: ResourceNames, on_job: Callable[[str], None] | None = None) -> str:
+    def export_model(self, model_name: str, names: ResourceNames,
+                     on_job: Callable[[JobHandle], None] | None = None) -> str:
         from google.cloud import aiplatform_v1
 
         script_uri = names.gcs_uri("code", "download_model.py")
@@ -308,7 +308,8 @@ class GcpPlatform:
         log.info("Vertex AI custom job %s started on %s (%d GB disk): exporting %s", job.name, machine, disk_gb,
                  model_name)
         if on_job:
-            on_job(job.name)
+            on_job(JobHandle(kind="vertex-custom-job", id=job.name, name=job.name, location=self.config.region,
+                             url=vertex_custom_job_url(self.config.project, job.name)))
         started = time.monotonic()
         done = {aiplatform_v1.JobState.JOB_STATE_SUCCEEDED}
         failed = {aiplatform_v1.JobState.JOB_STATE_FAILED, aiplatform_v1.JobState.JOB_STATE_CANCELLED,
@@ -370,7 +371,7 @@ class GcpPlatform:
         )
 
     def build_image(self, context_dir: Path, image: str, names: ResourceNames,
-                    on_build: Callable[[str], None] | None = None) -> ImageBuildResult:
+                    on_build: Callable[[JobHandle], None] | None = None) -> ImageBuildResult:
         from google.cloud.devtools import cloudbuild_v1
 
         if self.image_exists(image):
@@ -389,7 +390,8 @@ class GcpPlatform:
         build_name = f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}"
         log.info("Cloud Build %s started for %s (%d KB context)", build_id, image, len(archive.getvalue()) // 1024)
         if on_build:
-            on_build(build_id)
+            on_build(JobHandle(kind="cloud-build", id=build_id, name=build_name, location=self.config.region,
+                               url=cloud_build_url(self.config.project, self.config.region, build_id)))
         started = time.monotonic()
         status = cloudbuild_v1.Build.Status
 
@@ -450,8 +452,8 @@ class GcpPlatform:
         return handle
 
     def _handle(self, job_id: str, job_name: str, region: str) -> JobHandle:
-        url = f"{CONSOLE}/dataflow/jobs/{region}/{job_id}?project={self.config.project}"
-        return JobHandle(kind="dataflow", id=job_id, name=job_name, location=region, url=url)
+        return JobHandle(kind="dataflow", id=job_id, name=job_name, location=region,
+                         url=dataflow_job_url(self.config.project, region, job_id))
 
     def start_flex_template(self, job: str, argv: list[str], names: ResourceNames, image: str,
                             job_name: str) -> JobHandle:

@@ -106,6 +106,9 @@ class LocalPlatform:
             return False, (probe.stderr or probe.stdout).strip().splitlines()[-1] if (probe.stderr or probe.stdout) else "docker info failed"
         return True, f"Docker engine {probe.stdout.strip()}"
 
+    def cancel_export(self, job_name: str) -> None:
+        """Nothing to cancel: the local export runs in the task's own process tree."""
+
     def build_image(self, context_dir: Path, image: str, names: ResourceNames, on_build=None) -> ImageBuildResult:
         answers, detail = self.docker_engine_answers()
         if not answers:
@@ -117,6 +120,9 @@ class LocalPlatform:
         return ImageBuildResult(image=image, built=True, context_dir=str(context_dir), detail=f"built with {detail}")
 
     # -- GPU check --------------------------------------------------------------------------
+    def cancel_build(self, build_id: str) -> None:
+        """Nothing to cancel: a local build (where a Docker engine answers) runs in the task's process tree."""
+
     def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         report_path = self.state_dir / f"{names.prefix}-gpu-check.json"

@@ -11,7 +11,7 @@ from typing import Any
 from gpuflow.config import GpuflowConfig
 from gpuflow.containers import check_dockerfile, context_digest, render_recipe
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import Platform
+from gpuflow.platform import JobHandle, Platform
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def render_context(config: GpuflowConfig, names: ResourceNames, work_dir: Path |
 
 
 def build_container(config: GpuflowConfig, names: ResourceNames, platform: Platform,
-                    work_dir: Path | None = None, on_build: Callable[[str], None] | None = None) -> dict[str, Any]:
+                    work_dir: Path | None = None, on_build: Callable[[JobHandle], None] | None = None) -> dict[str, Any]:
     context_dir = render_context(config, names, work_dir)
     image = image_for(config, context_dir)
     result = platform.build_image(context_dir, image, names, on_build=on_build)

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import Platform
+from gpuflow.platform import JobHandle, Platform
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None
 
 
 def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform,
-                 on_job: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 on_job: Callable[[JobHandle], None] | None = None) -> dict[str, Any]:
     """Export, unless the same model in bf16 already lies at the target path (a retry, or a re-run)."""
     result = {"state_dict_uri": names.state_dict_uri, "model_dir_uri": names.model_dir_uri, "model": config.model.name}
     marker = existing_export(names, platform.conn_id)
