@@ -7,12 +7,15 @@ inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowFailException
 
 from gpuflow.trigger_form import run_settings
+
+log = logging.getLogger(__name__)
 
 
 def config_from_params(context: Any):
@@ -24,6 +27,19 @@ def config_from_params(context: Any):
         return load_config(config_file, changed, lines)
     except ConfigError as error:
         raise AirflowFailException(str(error)) from None
+
+
+def validated_config(config, workflow: str, what: str) -> dict[str, Any]:
+    """Run preflight's rules for the workflow and log them; return the config as JSON for the next tasks.
+
+    A finding at error level fails the task without retries: a bad configuration will not get better."""
+    from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
+
+    findings = run_preflight(config, workflow=workflow)
+    log.info("preflight of %s:\n%s", what, format_findings(findings))
+    if has_errors(findings):
+        raise AirflowFailException(str(PreflightFailed(findings)))
+    return config.model_dump(mode="json")
 
 
 def names_for(context: Any, config):

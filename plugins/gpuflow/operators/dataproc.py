@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for
+from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for, validated_config
 
 log = logging.getLogger(__name__)
 
@@ -18,24 +18,17 @@ class DataprocBatchLink(XComUrlLink):
     source_key = "dataproc_batch_url"
 
 
-
 class DataprocPreflightOperator(BaseOperator):
     """The configuration's rules (the Dataproc ones included); the batch needs no emulator."""
 
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
-
         config = config_from_params(context)
         if config.dataproc is None:
             raise AirflowFailException("the configuration has no dataproc section. Fix: use "
                                        "configs/dataproc.example.yaml or add a dataproc: section.")
-        findings = run_preflight(config, workflow="dataproc")
-        log.info("preflight of the Dataproc batch:\n%s", format_findings(findings))
-        if has_errors(findings):
-            raise AirflowFailException(str(PreflightFailed(findings)))
-        return config.model_dump(mode="json")
+        return validated_config(config, "dataproc", "the Dataproc batch")
 
 
 class DataprocBatchOperator(GpuflowStepOperator):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for
+from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for, validated_config
 
 if TYPE_CHECKING:  # gpuflow.platform is imported when a task runs, never when a DAG file is parsed
     from gpuflow.platform import JobHandle
@@ -36,22 +36,14 @@ class CloudBuildLink(XComUrlLink):
     source_key = "cloud_build_url"
 
 
-
 class PreflightOperator(BaseOperator):
     """Validate the configuration and the environment; fail before anything is created."""
 
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
-
         config = config_from_params(context)
-        findings = run_preflight(config)
-        log.info("preflight of run %s:\n%s", names_for(context, config).prefix, format_findings(findings))
-        if has_errors(findings):
-            # A bad configuration will not get better on retry.
-            raise AirflowFailException(str(PreflightFailed(findings)))
-        return config.model_dump(mode="json")
+        return validated_config(config, "inference", f"run {names_for(context, config).prefix}")
 
 
 class SetupResourcesOperator(GpuflowStepOperator):
