@@ -433,7 +433,7 @@ class FakeGoogleCloud:
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
 
     def install(self, monkeypatch) -> FakeGoogleCloud:
-        monkeypatch.setattr("gpuflow.platform.gcp.GcpClients", lambda conn_id: self)
+        monkeypatch.setattr("gpuflow.platform.gcp_service.GcpClients", lambda conn_id: self)
         return self
 
     def credentials_for_subprocess(self):

@@ -159,7 +159,7 @@ def launch_command_text(config, run_id: str) -> str:
 
         return "# the streaming pipeline on the local runner (emulators from `gpuflow emulators env`):\n" + \
             shlex.join(LocalPlatform(config).pipeline_command(argv)) + "\n"
-    from gpuflow.platform.gcp import flex_launch, job_name_for, staging_command, template_uri_for
+    from gpuflow.platform.dataflow_options import flex_launch, job_name_for, staging_command, template_uri_for
 
     with tempfile.TemporaryDirectory() as scratch:
         image = image_for(config, render_context(config, names, Path(scratch)))

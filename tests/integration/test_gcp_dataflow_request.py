@@ -10,7 +10,9 @@ from google.cloud import dataflow_v1beta3
 
 from gpuflow.config import load_config
 from gpuflow.naming import resource_names
-from gpuflow.platform.gcp import DataflowJobFailed, GcpPlatform, job_name_for
+from gpuflow.platform.dataflow_options import job_name_for
+from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.platform.gcp_dataflow import DataflowJobFailed
 from gpuflow.preflight import has_errors, run_preflight
 from gpuflow.steps.launch import pipeline_argv
 from tests.gcp_fakes import FakeGoogleCloud

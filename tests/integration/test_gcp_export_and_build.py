@@ -8,7 +8,9 @@ import pytest
 
 from gpuflow.config import load_config
 from gpuflow.naming import resource_names
-from gpuflow.platform.gcp import CloudBuildFailed, GcpPlatform, VertexJobFailed
+from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.platform.gcp_build import CloudBuildFailed
+from gpuflow.platform.gcp_vertex import VertexJobFailed
 from gpuflow.steps.container import build_container
 from gpuflow.steps.export import export_model
 from tests.gcp_fakes import FakeArtifactRegistry, FakeCloudBuild, FakeGoogleCloud, FakeVertex

@@ -15,7 +15,8 @@ from google.cloud import dataflow_v1beta3
 
 from gpuflow.config import load_config
 from gpuflow.naming import resource_names
-from gpuflow.platform.gcp import GcpPlatform, flex_parameters, job_name_for
+from gpuflow.platform.dataflow_options import flex_parameters, job_name_for
+from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.steps.launch import pipeline_argv
 from tests.gcp_fakes import FakeGoogleCloud
 from tests.helpers import GCP_TEST_PROJECT, ROOT

@@ -8,7 +8,9 @@ from google.cloud.devtools import cloudbuild_v1
 from gpuflow.config import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
-from gpuflow.platform.gcp import DataflowJobFailed, GcpPlatform, job_name_for
+from gpuflow.platform.dataflow_options import job_name_for
+from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.platform.gcp_dataflow import DataflowJobFailed
 from gpuflow.steps.gpu import NoGpuOnWorkers, verify_gpu
 from gpuflow.steps.quota import QuotaTooLow, check_quota
 from tests.gcp_fakes import (

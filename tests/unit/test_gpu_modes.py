@@ -9,7 +9,8 @@ from google.cloud import monitoring_v3
 from gpuflow.config import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
-from gpuflow.platform.gcp import GcpPlatform, dataflow_options, experiments, flex_parameters, service_options
+from gpuflow.platform.dataflow_options import dataflow_options, experiments, flex_parameters, service_options
+from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage

@@ -1,0 +1,180 @@
+"""Every Dataflow option and request field of a gpuflow job, as pure functions (the CLI prints them too)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from gpuflow.config import GpuflowConfig, beam_jobs_dir
+from gpuflow.naming import ResourceNames
+
+
+def service_options(config: GpuflowConfig) -> list[str]:
+    """The configured service options, plus how the GPU is asked for.
+
+    worker_accelerator: gpuflow's option unless one was written by hand. resource_hint: Dataflow Prime
+    (``enable_prime``) and no worker_accelerator at all; the hint sits on the RunInference step.
+    """
+    from gpuflow.gpu_options import PREFIX, worker_accelerator
+
+    options = list(config.dataflow_service_options)
+    if config.gpu.request == "resource_hint":
+        return options if "enable_prime" in options else [*options, "enable_prime"]
+    if not any(option.startswith(PREFIX) for option in options):
+        options.append(worker_accelerator(config))
+    return options
+
+
+def experiments(config: GpuflowConfig) -> list[str]:
+    from gpuflow.gpu_options import effective_sharing
+
+    chosen = ["use_runner_v2", *config.dataflow.experiments]
+    if effective_sharing(config) == "single_process" and "no_use_multiple_sdk_containers" not in chosen:
+        chosen.append("no_use_multiple_sdk_containers")
+    return chosen
+
+
+def job_name_for(names: ResourceNames, config: GpuflowConfig, kind: str) -> str:
+    """Unique per GPU placement, so a fallback never collides with the job it replaces."""
+    gpu = config.gpu.type.removeprefix("nvidia-").removeprefix("tesla-")
+    return f"{names.prefix}-{kind}-{config.region}-{gpu}"[:63].rstrip("-")
+
+
+def template_uri_for(names: ResourceNames, job_name: str) -> str:
+    return names.gcs_uri("templates", f"{job_name}.json")
+
+
+def dataflow_options(config: GpuflowConfig, names: ResourceNames, image: str, job_name: str,
+                     streaming: bool, template_uri: str | None) -> list[str]:
+    """Every DataflowRunner option of a gpuflow job: Runner v2, the GPU, the image, the worker pool."""
+    options = [
+        "--runner=DataflowRunner",
+        f"--project={config.project}",
+        f"--region={config.region}",
+        f"--job_name={job_name}",
+        f"--temp_location={names.gcs_uri('tmp')}",
+        f"--staging_location={names.gcs_uri('staging')}",
+        f"--sdk_container_image={image}",
+        "--sdk_location=container",
+        f"--machine_type={config.gpu.machine_type}",
+        f"--disk_size_gb={config.worker.disk_size_gb}",
+        f"--max_num_workers={config.worker.max_num_workers}",
+        *(f"--experiments={experiment}" for experiment in experiments(config)),
+        *(f"--dataflow_service_options={option}" for option in service_options(config)),
+        f"--labels=gpuflow-run={names.prefix}",
+    ]
+    if streaming:
+        options.append("--streaming")
+        if config.gpu.request == "resource_hint":
+            # Right fitting supports streaming only with horizontal autoscaling, which Streaming Engine gives.
+            options.append("--enable_streaming_engine")
+    if config.dataflow.service_account:
+        options.append(f"--service_account_email={config.dataflow.service_account}")
+    if config.dataflow.network:
+        options.append(f"--network={config.dataflow.network}")
+    if config.dataflow.subnetwork:
+        options.append(f"--subnetwork={config.dataflow.subnetwork}")
+    if config.gpu.zone:
+        options.append(f"--worker_zone={config.gpu.zone}")
+    if template_uri:
+        options.append(f"--template_location={template_uri}")
+    return options
+
+
+def staging_command(config: GpuflowConfig, names: ResourceNames, script: str, argv: list[str], image: str,
+                    job_name: str, streaming: bool) -> list[str]:
+    """The command that lets Beam's DataflowRunner write a job's request to GCS (it starts nothing)."""
+    template_uri = template_uri_for(names, job_name)
+    return [sys.executable, str(beam_jobs_dir() / script), *argv,
+            *dataflow_options(config, names, image, job_name, streaming, template_uri)]
+
+
+def gpu_metric_filter(metric_type: str, job_id: str) -> str:
+    """A Cloud Monitoring filter for one Dataflow job's GPU metric.
+
+    Dataflow's job GPU metrics (guide 000's "GPU utilization" and "GPU memory utilization" under resource type
+    "Dataflow Job") are written on the monitored resource ``dataflow_job`` with the job id as the *metric*
+    label ``job_id`` (docs.cloud.google.com/monitoring/api/metrics_gcp_d_h, section dataflow).
+    """
+    return f'metric.type = "{metric_type}" AND resource.type = "dataflow_job" AND metric.labels.job_id = "{job_id}"'
+
+
+def runtime_environment(config: GpuflowConfig, names: ResourceNames):
+    """The launch-time environment: the same worker pool as the staged request, stated again at launch."""
+    from google.cloud import dataflow_v1beta3
+
+    return dataflow_v1beta3.RuntimeEnvironment(**worker_pool_fields(config, names))
+
+
+def worker_pool_fields(config: GpuflowConfig, names: ResourceNames) -> dict[str, Any]:
+    """The fields a classic and a Flex Template launch both state about the workers."""
+    return {
+        "max_workers": config.worker.max_num_workers,
+        "machine_type": config.gpu.machine_type,
+        "disk_size_gb": config.worker.disk_size_gb,
+        "temp_location": names.gcs_uri("tmp"),
+        "service_account_email": config.dataflow.service_account or "",
+        "network": config.dataflow.network or "",
+        "subnetwork": config.dataflow.subnetwork or "",
+        "worker_zone": config.gpu.zone or "",
+        "additional_experiments": experiments(config),
+        "additional_user_labels": {"gpuflow-run": names.prefix},
+    }
+
+
+def flex_parameters(job: str, argv: list[str], config: GpuflowConfig) -> dict[str, str]:
+    """A gpuflow job's arguments as Flex Template parameters: ``--max-new-tokens 16`` -> max_new_tokens=16.
+
+    The launcher passes each back as ``--max_new_tokens=16``; bare flags become ``true``."""
+    parameters = {"gpuflow_job": job}
+    tokens = list(argv)
+    while tokens:
+        name = tokens.pop(0).removeprefix("--").replace("-", "_")
+        value = tokens.pop(0) if tokens and not tokens[0].startswith("--") else "true"
+        parameters[name] = value
+    parameters["dataflow_service_options"] = ",".join(service_options(config))
+    return parameters
+
+
+def flex_template_spec(image: str, parameter_names: list[str]) -> dict[str, Any]:
+    """The Flex Template file: the image that launches (and runs) the job, and the parameters it takes."""
+    return {
+        "image": image,
+        "sdkInfo": {"language": "PYTHON"},
+        "metadata": {
+            "name": "gpuflow",
+            "description": "gpuflow's Beam jobs (llm_inference, gpu_check), launched from their own worker image",
+            "parameters": [{"name": name, "label": name, "helpText": f"gpuflow job argument {name}",
+                            "isOptional": name != "gpuflow_job"} for name in parameter_names],
+        },
+    }
+
+
+def flex_runtime_environment(config: GpuflowConfig, names: ResourceNames, image: str):
+    from google.cloud import dataflow_v1beta3
+
+    return dataflow_v1beta3.FlexTemplateRuntimeEnvironment(
+        **worker_pool_fields(config, names), staging_location=names.gcs_uri("staging"), sdk_container_image=image)
+
+
+def flex_launch(config: GpuflowConfig, names: ResourceNames, job: str, argv: list[str], image: str,
+                job_name: str) -> tuple[dict[str, Any], Any]:
+    """The Flex Template file and the LaunchFlexTemplateRequest that starts it (the CLI prints the request)."""
+    from google.cloud import dataflow_v1beta3
+
+    parameters = flex_parameters(job, argv, config)
+    request = dataflow_v1beta3.LaunchFlexTemplateRequest(
+        project_id=config.project, location=config.region,
+        launch_parameter=dataflow_v1beta3.LaunchFlexTemplateParameter(
+            job_name=job_name, container_spec_gcs_path=names.gcs_uri("templates", f"{job_name}.flex.json"),
+            parameters=parameters, environment=flex_runtime_environment(config, names, image)),
+    )
+    return flex_template_spec(image, sorted(parameters)), request
+
+
+def sdk_python_of(template: dict[str, Any]) -> str | None:
+    """The launcher's Python minor version, as Beam wrote it into the job request ("Apache Beam Python 3.11 SDK")."""
+    agent = template.get("environment", {}).get("userAgent", {}).get("name", "")
+    found = re.search(r"Python (\d+\.\d+)", agent)
+    return found.group(1) if found else None

@@ -1,0 +1,104 @@
+"""The gcp profile's image: Cloud Build builds the rendered recipe into Artifact Registry."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuflow.naming import ResourceNames
+from gpuflow.platform.base import ImageBuildResult, JobHandle
+from gpuflow.platform.console import cloud_build_url
+from gpuflow.platform.gcp_service import GcpService
+
+log = logging.getLogger(__name__)
+
+
+class CloudBuildFailed(RuntimeError):
+    pass
+
+
+class CloudBuildImages(GcpService):
+    def image_exists(self, image: str) -> bool:
+        """True when the Artifact Registry tag exists; images elsewhere are never assumed to exist."""
+        from google.api_core.exceptions import NotFound
+        from google.cloud import artifactregistry_v1
+
+        found = re.fullmatch(r"([a-z0-9-]+)-docker\.pkg\.dev/([^/]+)/([^/]+)/(.+):([^:/]+)", image)
+        if not found:
+            return False
+        location, project, repository, package, tag = found.groups()
+        name = (f"projects/{project}/locations/{location}/repositories/{repository}/packages/"
+                f"{package.replace('/', '%2F')}/tags/{tag}")
+        try:
+            self.clients.artifact_registry().get_tag(request=artifactregistry_v1.GetTagRequest(name=name))
+            return True
+        except NotFound:
+            return False
+
+    def cloud_build_request(self, source_object: str, image: str, bucket: str):
+        from google.cloud.devtools import cloudbuild_v1
+        from google.protobuf import duration_pb2
+
+        return cloudbuild_v1.Build(
+            source=cloudbuild_v1.Source(storage_source=cloudbuild_v1.StorageSource(bucket=bucket, object_=source_object)),
+            steps=[cloudbuild_v1.BuildStep(name="gcr.io/cloud-builders/docker", args=["build", "-t", image, "."])],
+            images=[image],
+            timeout=duration_pb2.Duration(seconds=self.config.container.build_timeout_s),
+            options=cloudbuild_v1.BuildOptions(
+                machine_type=cloudbuild_v1.BuildOptions.MachineType.E2_HIGHCPU_8, disk_size_gb=200,
+                logging=cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY,
+            ),
+            tags=["gpuflow", self.config.container.recipe],
+        )
+
+    def build_image(self, context_dir: Path, image: str, names: ResourceNames,
+                    on_build: Callable[[JobHandle], None] | None = None) -> ImageBuildResult:
+        from google.cloud.devtools import cloudbuild_v1
+
+        if self.image_exists(image):
+            return ImageBuildResult(image=image, built=False, context_dir=str(context_dir),
+                                    detail="already in Artifact Registry (same build context); build skipped")
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+            tar.add(context_dir, arcname=".")
+        source_object = f"{names.object_prefix}/build/context.tar.gz"
+        self._gcs().upload(names.bucket, source_object, data=archive.getvalue(), mime_type="application/gzip")
+        client = self.clients.cloud_build(self.config.region)
+        operation = client.create_build(request=cloudbuild_v1.CreateBuildRequest(
+            project_id=self.config.project, parent=f"projects/{self.config.project}/locations/{self.config.region}",
+            build=self.cloud_build_request(source_object, image, names.bucket)))
+        build_id = operation.metadata.build.id
+        build_name = f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}"
+        log.info("Cloud Build %s started for %s (%d KB context)", build_id, image, len(archive.getvalue()) // 1024)
+        if on_build:
+            on_build(JobHandle(kind="cloud-build", id=build_id, name=build_name, location=self.config.region,
+                               url=cloud_build_url(self.config.project, self.config.region, build_id)))
+        started = time.monotonic()
+        status = cloudbuild_v1.Build.Status
+
+        def finished() -> bool:
+            build = client.get_build(request=cloudbuild_v1.GetBuildRequest(
+                name=build_name, project_id=self.config.project, id=build_id))
+            state = status(build.status)
+            if state in (status.FAILURE, status.INTERNAL_ERROR, status.TIMEOUT, status.CANCELLED, status.EXPIRED):
+                raise CloudBuildFailed(f"Cloud Build {build_id} ended {state.name}: {build.status_detail}. "
+                                       f"Fix: read its log at {build.log_url or 'the Cloud Build console'}.")
+            log.info("build %s: %s (%.0fs)", build_id, state.name, time.monotonic() - started)
+            return state == status.SUCCESS
+
+        self._wait(f"Cloud Build {build_id}", self.config.container.build_timeout_s, finished)
+        return ImageBuildResult(image=image, built=True, context_dir=str(context_dir),
+                                detail=f"built by Cloud Build {build_id}")
+
+    def cancel_build(self, build_id: str) -> None:
+        from google.cloud.devtools import cloudbuild_v1
+
+        self.clients.cloud_build(self.config.region).cancel_build(request=cloudbuild_v1.CancelBuildRequest(
+            name=f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}",
+            project_id=self.config.project, id=build_id))
+        log.info("cancelled Cloud Build %s", build_id)

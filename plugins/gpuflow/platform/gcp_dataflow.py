@@ -1,0 +1,250 @@
+"""The gcp profile's Dataflow jobs: stage, start, watch, stop and find them.
+
+Dataflow jobs are launched in two steps, both of them real on Google Cloud:
+1. Beam's own DataflowRunner stages the job with ``--template_location``: it uploads the pipeline and
+   writes the exact job request (environment, worker pool, service options, experiments) to GCS.
+2. The Dataflow Templates API starts that request and answers at once with the job id, which the
+   task pushes to XCom before it waits for the workers.
+
+Because step 1 is Beam's own code, the request can be read back and checked offline (tests do, on the
+GCS emulator), and the launch command can be printed for a person to run (`gpuflow launch-command`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from typing import Any
+
+from gpuflow.naming import ResourceNames
+from gpuflow.platform.base import JobHandle
+from gpuflow.platform.console import dataflow_job_url
+from gpuflow.platform.dataflow_options import (
+    flex_launch,
+    job_name_for,
+    runtime_environment,
+    sdk_python_of,
+    staging_command,
+    template_uri_for,
+)
+from gpuflow.platform.gcp_service import GcpService
+
+log = logging.getLogger(__name__)
+
+#: Job messages that say the worker pool is up: "Workers have started successfully." and "All workers have
+#: finished the startup processes and began to receive work requests." Some service versions write them at
+#: JOB_MESSAGE_DETAILED importance, so they are read at DETAILED and above; the autoscaling events' worker
+#: count (as Google's Dataflow samples read it) is the other sign that workers are up.
+WORKERS_STARTED = re.compile(r"Workers have started successfully|All workers have finished the startup processes",
+                             re.I)
+
+
+class DataflowJobFailed(RuntimeError):
+    """A Dataflow job failed or could not start; the text carries Dataflow's own error messages."""
+
+
+class DataflowJobs(GcpService):
+    def stage_template(self, script: str, argv: list[str], names: ResourceNames, image: str, job_name: str,
+                       streaming: bool) -> tuple[str, dict[str, Any]]:
+        """Let Beam's DataflowRunner write the job request to GCS; return its URI and the request itself."""
+        from gpuflow.platform.local import run_logged
+
+        template_uri = template_uri_for(names, job_name)
+        command = staging_command(self.config, names, script, argv, image, job_name, streaming)
+        with self.clients.credentials_for_subprocess():
+            run_logged(command, {**os.environ, "PYTHONUNBUFFERED": "1"}, f"staging {job_name} with Beam's DataflowRunner")
+        bucket, _, blob = template_uri.removeprefix("gs://").partition("/")
+        template = json.loads(self._gcs().download(bucket, blob))
+        launcher_python = sdk_python_of(template)
+        if launcher_python and launcher_python != self.config.python_version:
+            raise DataflowJobFailed(
+                f"the job was staged by Python {launcher_python} but the container runs Python "
+                f"{self.config.python_version}: the workers would fail with 'unknown opcode'. Fix: set python_version "
+                f"to {launcher_python} (and rebuild the image), or launch from a Python {self.config.python_version}."
+            )
+        return template_uri, template
+
+    def start_template(self, template_uri: str, job_name: str, names: ResourceNames) -> JobHandle:
+        from google.cloud import dataflow_v1beta3
+
+        response = self.clients.dataflow_templates().launch_template(request=dataflow_v1beta3.LaunchTemplateRequest(
+            project_id=self.config.project, location=self.config.region, gcs_path=template_uri,
+            launch_parameters=dataflow_v1beta3.LaunchTemplateParameters(
+                job_name=job_name, environment=runtime_environment(self.config, names)),
+        ))
+        handle = self._handle(response.job.id, job_name, self.config.region)
+        log.info("Dataflow job %s started: %s", handle.id, handle.url)
+        return handle
+
+    def _handle(self, job_id: str, job_name: str, region: str) -> JobHandle:
+        return JobHandle(kind="dataflow", id=job_id, name=job_name, location=region,
+                         url=dataflow_job_url(self.config.project, region, job_id))
+
+    def start_flex_template(self, job: str, argv: list[str], names: ResourceNames, image: str,
+                            job_name: str) -> JobHandle:
+        """launch.mode flex_template: write the template file, then launch it; the image pickles its own job."""
+        spec, request = flex_launch(self.config, names, job, argv, image, job_name)
+        spec_uri = request.launch_parameter.container_spec_gcs_path
+        self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
+                           data=json.dumps(spec, indent=2), mime_type="application/json")
+        response = self.clients.dataflow_flex_templates().launch_flex_template(request=request)
+        handle = self._handle(response.job.id, job_name, self.config.region)
+        log.info("Dataflow job %s started from the Flex Template %s: %s", handle.id, spec_uri, handle.url)
+        return handle
+
+    def start_job(self, script: str, argv: list[str], names: ResourceNames, image: str, job_name: str,
+                  streaming: bool) -> JobHandle:
+        """Stage with Airflow's Beam and start (direct), or start as a Flex Template from the image itself."""
+        if self.config.launch.mode == "flex_template":
+            return self.start_flex_template(script.removesuffix(".py"), argv, names, image, job_name)
+        template_uri, _ = self.stage_template(script, argv, names, image, job_name, streaming)
+        return self.start_template(template_uri, job_name, names)
+
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "") -> JobHandle:
+        job_name = job_name_for(names, self.config, "llm-inference")
+        return self.start_job("llm_inference.py", argv, names, image, job_name, streaming=True)
+
+    def _job_state(self, handle: JobHandle):
+        from google.cloud import dataflow_v1beta3
+
+        job = self.clients.dataflow_jobs().get_job(request=dataflow_v1beta3.GetJobRequest(
+            project_id=self.config.project, location=handle.location, job_id=handle.id,
+            view=dataflow_v1beta3.JobView.JOB_VIEW_SUMMARY))
+        return dataflow_v1beta3.JobState(job.current_state)
+
+    def _new_messages(self, handle: JobHandle, seen: set[str]) -> tuple[list[Any], int]:
+        """The job's messages not seen before (DETAILED and above), and its current worker count from the
+        latest autoscaling event (0 before any)."""
+        from google.cloud import dataflow_v1beta3
+
+        pager = self.clients.dataflow_messages().list_job_messages(request=dataflow_v1beta3.ListJobMessagesRequest(
+            project_id=self.config.project, location=handle.location, job_id=handle.id,
+            minimum_importance=dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_DETAILED))
+        messages: list[Any] = []
+        events: list[Any] = []
+        for page in pager.pages:
+            messages += page.job_messages
+            events += page.autoscaling_events
+        fresh = [m for m in messages if m.id not in seen]
+        seen.update(m.id for m in fresh)
+        latest = max(events, key=lambda event: event.time, default=None)
+        return fresh, latest.current_num_workers if latest is not None else 0
+
+    def wait_for_job(self, handle: JobHandle, until: str) -> None:
+        """Wait until the job runs with its workers up (``running``) or has finished (``done``).
+
+        Dataflow keeps a job RUNNING while it retries a zone with no free GPUs, so errors in the job's
+        messages are read too: one that a fallback can fix (ZONE_RESOURCE_POOL_EXHAUSTED) ends the wait at once.
+        """
+        from google.cloud import dataflow_v1beta3
+
+        from gpuflow.troubleshoot import classify
+
+        states = dataflow_v1beta3.JobState
+        failed = {states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED, states.JOB_STATE_DRAINED,
+                  states.JOB_STATE_STOPPED, states.JOB_STATE_UPDATED}
+        seen: set[str] = set()
+        errors: list[str] = []
+        workers_started = False
+        started = time.monotonic()
+
+        def diagnosis_text() -> str:
+            diagnosis = classify("\n".join(errors))
+            return f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}." if diagnosis else ""
+
+        def reached() -> bool:
+            nonlocal workers_started
+            state = self._job_state(handle)
+            messages, current_workers = self._new_messages(handle, seen)
+            if current_workers > 0 and not workers_started:
+                log.info("  autoscaling: %d worker(s) running", current_workers)
+                workers_started = True
+            for message in messages:
+                importance = dataflow_v1beta3.JobMessageImportance(message.message_importance)
+                log.log(logging.DEBUG if importance == importance.JOB_MESSAGE_DETAILED else logging.INFO,
+                        "  [%s] %s", importance.name, message.message_text)
+                if WORKERS_STARTED.search(message.message_text):
+                    workers_started = True
+                if message.message_importance == dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_ERROR:
+                    errors.append(message.message_text)
+                    diagnosis = classify(message.message_text)
+                    if diagnosis and diagnosis.try_fallback:
+                        raise DataflowJobFailed(f"Dataflow job {handle.id}: {message.message_text}{diagnosis_text()}")
+            if state in failed:
+                raise DataflowJobFailed(f"Dataflow job {handle.id} ended {state.name}: "
+                                        f"{' | '.join(errors) or 'no error message'}.{diagnosis_text()}")
+            if until == "done" and state == states.JOB_STATE_DONE:
+                return True
+            if until == "running" and state == states.JOB_STATE_RUNNING and workers_started:
+                log.info("Dataflow job %s is running and its workers have started (%.0fs)", handle.id,
+                         time.monotonic() - started)
+                return True
+            log.info("Dataflow job %s: %s, %s (%.0fs)", handle.id, state.name,
+                     "workers started" if workers_started else "waiting for GPU workers", time.monotonic() - started)
+            return False
+
+        try:
+            self._wait(f"Dataflow job {handle.id}", self.config.dataflow.start_timeout_s, reached)
+        except TimeoutError:
+            if not workers_started:
+                errors.append("no worker activity has been seen")
+            raise DataflowJobFailed(
+                f"Dataflow job {handle.id} did not reach {until} within {self.config.dataflow.start_timeout_s:.0f}s "
+                f"({' | '.join(errors) or 'workers started'}).{diagnosis_text() or ' Fix: read the job logs.'}"
+            ) from None
+
+    def wait_until_running(self, handle: JobHandle) -> None:
+        self.wait_for_job(handle, "running")
+
+    def stop_pipeline(self, handle: JobHandle) -> bool:
+        """Cancel or drain (dataflow.stop_action); True if the job was still active."""
+        from google.api_core.exceptions import NotFound
+        from google.cloud import dataflow_v1beta3
+
+        states = dataflow_v1beta3.JobState
+        try:
+            state = self._job_state(handle)
+        except NotFound:
+            return False
+        terminal = {states.JOB_STATE_DONE, states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED,
+                    states.JOB_STATE_DRAINED, states.JOB_STATE_UPDATED, states.JOB_STATE_STOPPED}
+        if state in terminal:
+            log.info("Dataflow job %s is already %s", handle.id, state.name)
+            return False
+        # A streaming job can drain; a batch job (or one not yet running) can only be cancelled.
+        drain = self.config.dataflow.stop_action == "drain" and state == states.JOB_STATE_RUNNING
+        requested = states.JOB_STATE_DRAINED if drain else states.JOB_STATE_CANCELLED
+        self.clients.dataflow_jobs().update_job(request=dataflow_v1beta3.UpdateJobRequest(
+            project_id=self.config.project, location=handle.location, job_id=handle.id,
+            job=dataflow_v1beta3.Job(requested_state=requested)))
+        log.info("requested %s of Dataflow job %s (%s)", requested.name, handle.id, handle.name)
+
+        def stopped() -> bool:
+            current = self._job_state(handle)
+            log.info("Dataflow job %s: %s", handle.id, current.name)
+            return current in terminal
+
+        try:
+            self._wait(f"stopping Dataflow job {handle.id}", self.config.dataflow.stop_timeout_s, stopped)
+        except TimeoutError:
+            log.warning("Dataflow job %s has not stopped within %.0fs; it is still being %s", handle.id,
+                        self.config.dataflow.stop_timeout_s, "drained" if drain else "cancelled")
+        return True
+
+    def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
+        """Active jobs whose name carries the run's prefix, in the region and every fallback region."""
+        from google.cloud import dataflow_v1beta3
+
+        from gpuflow.quota import quota_regions
+
+        handles = []
+        for region in quota_regions(self.config):
+            jobs = self.clients.dataflow_jobs().list_jobs(request=dataflow_v1beta3.ListJobsRequest(
+                project_id=self.config.project, location=region, filter=dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE))
+            for job in jobs:
+                if job.name.startswith(names.prefix + "-"):
+                    handles.append(self._handle(job.id, job.name, region))
+        return handles

@@ -1,0 +1,35 @@
+"""What every part of the gcp profile shares: the configuration, the Google clients, GCS through the
+provider's hook, and a polling wait."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+from gpuflow.config import GpuflowConfig
+from gpuflow.platform.gcp_clients import GcpClients
+
+
+class GcpService:
+    def __init__(self, config: GpuflowConfig, clients: GcpClients | None = None):
+        self.config = config
+        self.conn_id = config.gcp_conn_id
+        self.clients = clients or GcpClients(self.conn_id)
+
+    def environment(self):
+        # The provider's hooks read the Airflow connection; nothing has to be set in this process.
+        return contextlib.nullcontext({})
+
+    def _gcs(self):
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+        return GCSHook(gcp_conn_id=self.conn_id)
+
+    def _wait(self, what: str, timeout_s: float, poll: Callable[[], bool]) -> None:
+        """Call ``poll`` until it returns True; it raises on failure and logs its own progress."""
+        deadline = time.monotonic() + timeout_s
+        while not poll():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not finish within {timeout_s:.0f}s")
+            time.sleep(self.config.dataflow.poll_interval_s)
