@@ -11,6 +11,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from gpuflow.operators.dataproc import DataprocBatchOperator, DataprocCleanupOperator, DataprocPreflightOperator
+from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import attach_trigger_form
 
 with DAG(
@@ -30,3 +31,4 @@ with DAG(
     cleanup.as_teardown(setups=[preflight, batch])
 
 attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
+apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

@@ -11,6 +11,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from gpuflow.operators.quota_report import GpuQuotaReportOperator
+from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import attach_trigger_form
 
 with DAG(
@@ -25,3 +26,4 @@ with DAG(
     GpuQuotaReportOperator(task_id="report", retries=2, retry_delay=pendulum.duration(minutes=5))
 
 attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
+apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

@@ -23,6 +23,7 @@ from gpuflow.operators.streaming import (
     SmokeTestOperator,
     VerifyGpuOperator,
 )
+from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import attach_trigger_form
 
 with DAG(
@@ -52,3 +53,4 @@ with DAG(
     cleanup.as_teardown(setups=[setup, launch])
 
 attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
+apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

@@ -289,6 +289,9 @@ class DataprocConfig(_Section):
     )
     local_threads: int = Field(2, ge=1, description="local profile: Spark local threads per executor.")
     poll_interval_s: float = Field(15, gt=0, description="gcp profile: seconds between batch state checks.")
+    timeout_s: float = Field(
+        7200, gt=0, description="How long the batch may run: the batch task's execution_timeout (less a margin)."
+    )
 
 
 #: Fields whose shape a regular expression checks: field -> (pattern, what the message says).

@@ -172,6 +172,11 @@ def settings_lines(text: str | None) -> list[str]:
     return [_normalised(line) for line in stripped if line and not line.startswith("#")]
 
 
+def form_values(dag_id: str) -> dict[str, Any]:
+    """Every config key's value as the DAG's form shows it: its configuration file's, or the default."""
+    return _file_values(LAYOUTS[dag_id].config_file)
+
+
 def _lines_pattern(keys: list[str]) -> str:
     """A regular expression (Python and ECMAScript alike) that a section field's text must match: each line
     empty, a comment, or one of the section's keys followed by '='. A conf that breaks it is refused with 400."""
@@ -191,7 +196,7 @@ def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
 def dag_params(dag_id: str) -> dict[str, Param]:
     """The trigger form of one DAG: per-run fields, then one folded field per section, then the config file."""
     layout = LAYOUTS[dag_id]
-    values = _file_values(layout.config_file)
+    values = form_values(dag_id)
     params = {dotted.replace(".", "__"): _field_param(dotted, values[dotted]) for dotted in layout.run_fields}
     for title in layout.sections:
         section = SECTIONS[title]

@@ -76,8 +76,10 @@ def test_a_failure_in_launch_still_runs_cleanup_and_the_run_fails(dag, local_con
     assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}
 
 
-def test_a_bad_configuration_fails_in_preflight_before_anything_exists(dag, local_config, emulators):
-    run = dag.test(run_conf=run_conf(local_config, worker__disk_size_gb=20))
+@pytest.mark.parametrize("bad", [{"worker__disk_size_gb": 20},
+                                 {"smoke_test__timeout_s": 7200}])  # beyond the smoke_test task's execution_timeout
+def test_a_bad_configuration_fails_in_preflight_before_anything_exists(dag, local_config, emulators, bad):
+    run = dag.test(run_conf=run_conf(local_config, **bad))
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert states["preflight"] == TaskInstanceState.FAILED

@@ -42,6 +42,19 @@ def validated_config(config, workflow: str, what: str) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
+def refuse_timeouts_beyond_the_tasks(config, context: Any) -> None:
+    """A run whose configuration lets a wait outlast its task's execution_timeout fails here, before anything is
+    created: the task would be killed mid-wait instead of ending it with the reason."""
+    from gpuflow.task_timeouts import too_short_for
+
+    short = too_short_for(config, context["dag"])
+    if short:
+        raise AirflowFailException(
+            "this run's timeouts exceed what its tasks may run (their execution_timeout comes from the DAG's "
+            f"configuration file): {'; '.join(short)}. Fix: raise the timeouts in the configuration file the DAG "
+            "reads, or lower them for this run.")
+
+
 def names_for(context: Any, config):
     from gpuflow.naming import resource_names, run_prefix
 

@@ -8,7 +8,14 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for, validated_config
+from gpuflow.operators.base import (
+    GpuflowStepOperator,
+    XComUrlLink,
+    config_from_params,
+    names_for,
+    refuse_timeouts_beyond_the_tasks,
+    validated_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +35,7 @@ class DataprocPreflightOperator(BaseOperator):
         if config.dataproc is None:
             raise AirflowFailException("the configuration has no dataproc section. Fix: use "
                                        "configs/dataproc.example.yaml or add a dataproc: section.")
+        refuse_timeouts_beyond_the_tasks(config, context)
         return validated_config(config, "dataproc", "the Dataproc batch")
 
 

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from gpuflow.operators.base import GpuflowStepOperator, XComUrlLink, config_from_params, names_for, validated_config
+from gpuflow.operators.base import (
+    GpuflowStepOperator,
+    XComUrlLink,
+    config_from_params,
+    names_for,
+    refuse_timeouts_beyond_the_tasks,
+    validated_config,
+)
 
 if TYPE_CHECKING:  # gpuflow.platform is imported when a task runs, never when a DAG file is parsed
     from gpuflow.platform import JobHandle
@@ -43,6 +50,7 @@ class PreflightOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         config = config_from_params(context)
+        refuse_timeouts_beyond_the_tasks(config, context)
         return validated_config(config, "inference", f"run {names_for(context, config).prefix}")
 
 

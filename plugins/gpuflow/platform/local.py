@@ -89,6 +89,7 @@ class LocalPlatform:
              "--state-dict-path", names.state_dict_uri, "--record-as", model_name],
             self.subprocess_env(),
             "export (download_model.py local)",
+            timeout_s=self.config.export.timeout_s,
         )
         return names.state_dict_uri
 
@@ -130,7 +131,8 @@ class LocalPlatform:
                    f"--runner={self.config.local.runner}"]
         if self.config.require_gpu:
             command.append("--require-gpu")
-        run_logged(command, self.subprocess_env(), "GPU check pipeline")
+        run_logged(command, self.subprocess_env(), "GPU check pipeline",
+                   timeout_s=self.config.local.pipeline_start_timeout_s + 600)
         return json.loads(report_path.read_text())
 
     def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:

@@ -46,7 +46,8 @@ def run_local_batch(config: GpuflowConfig) -> dict[str, Any]:
     submit_args = (f"--master local[{threads}] --conf spark.executor.instances={batch.executor_instances} "
                    "--conf spark.ui.enabled=false pyspark-shell")
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": submit_args, "PYTHONUNBUFFERED": "1"}
-    output = run_logged([sys.executable, str(main_file(config)), *batch.args], env, "local Spark batch")
+    output = run_logged([sys.executable, str(main_file(config)), *batch.args], env, "local Spark batch",
+                        timeout_s=config.dataproc.timeout_s)
     result = parse_result(output)
     for note in result.get("notes", []):
         log.warning("%s", note)

@@ -1,0 +1,49 @@
+"""Every task has an execution_timeout above the waits its configuration bounds, and a run that asks for longer
+waits than its tasks allow is refused before anything is created."""
+
+import runpy
+from datetime import timedelta
+
+import pytest
+
+from gpuflow.config import load_config
+from gpuflow.task_timeouts import MARGIN_S, SHORT_S, WAITING_FLOOR_S, config_lookup, timeouts_s, too_short_for
+from tests.helpers import ROOT
+
+DAG_FILES = sorted((ROOT / "dags").glob("*.py"))
+
+
+def parsed(name: str):
+    return runpy.run_path(str(ROOT / "dags" / name))["dag"]
+
+
+@pytest.mark.parametrize("dag_file", DAG_FILES, ids=lambda path: path.name)
+def test_every_task_has_an_execution_timeout(dag_file):
+    dag = runpy.run_path(str(dag_file))["dag"]
+    assert all(isinstance(task.execution_timeout, timedelta) and task.execution_timeout.total_seconds() >= SHORT_S
+               for task in dag.tasks), {task.task_id: task.execution_timeout for task in dag.tasks}
+
+
+def test_the_waiting_tasks_get_their_configured_waits_plus_a_margin():
+    dag = parsed("llm_streaming_inference.py")
+    config = load_config("configs/local.yaml")
+    assert dag.get_task("export_model").execution_timeout.total_seconds() == config.export.timeout_s + MARGIN_S
+    assert dag.get_task("launch").execution_timeout.total_seconds() == WAITING_FLOOR_S  # 30 min start + margin
+    assert dag.get_task("preflight").execution_timeout.total_seconds() == SHORT_S
+
+
+def test_fallbacks_lengthen_the_launch_and_the_cleanup():
+    values = load_config("configs/gcp.example.yaml",
+                         overrides=["gpu.fallbacks=[{region: us-east4}, {type: nvidia-tesla-t4, machine_type: n1-standard-8}]"])
+    one = timeouts_s(config_lookup(load_config("configs/gcp.example.yaml")))
+    three = timeouts_s(config_lookup(values))
+    assert three["launch"] == 3 * one["launch"]
+    assert three["cleanup"] > one["cleanup"]  # two regions to stop jobs in
+
+
+def test_the_shipped_configurations_fit_their_dags_and_a_longer_wait_is_refused():
+    streaming, batch = parsed("llm_streaming_inference.py"), parsed("dataproc_gpu_batch.py")
+    assert too_short_for(load_config("configs/gcp.example.yaml"), streaming) == []
+    assert too_short_for(load_config("configs/dataproc.example.yaml"), batch) == []
+    (refused,) = too_short_for(load_config(None, overrides=["smoke_test.timeout_s=7200"]), streaming)
+    assert refused.startswith("smoke_test needs up to 8400s")
