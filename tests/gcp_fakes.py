@@ -383,6 +383,32 @@ class FakeProjectsClient:
             compute_v1.Quota(metric=metric, limit=limit, usage=usage) for metric, limit, usage in self.quotas])
 
 
+class FakeAcceleratorTypesClient:
+    """Answers AcceleratorTypesClient.aggregated_list like Compute Engine: the real pager over one page of zone
+    scopes, filtered by the request's name filter; records each request."""
+
+    def __init__(self, offers=None):
+        self.offers = offers or {"us-central1-a": ["nvidia-l4", "nvidia-tesla-t4"], "us-central1-b": ["nvidia-l4"],
+                                 "us-east4-c": ["nvidia-l4"], "europe-west4-a": ["nvidia-tesla-t4"]}
+        self.requests = []
+
+    def aggregated_list(self, request):
+        from google.cloud.compute_v1.services.accelerator_types import pagers
+
+        assert isinstance(request, compute_v1.AggregatedListAcceleratorTypesRequest)
+        self.requests.append(request)
+        wanted = request.filter.split('"')[1] if '"' in request.filter else None
+        items = {f"zones/{zone}": compute_v1.AcceleratorTypesScopedList(accelerator_types=[
+            compute_v1.AcceleratorType(name=name, zone=zone) for name in names if wanted in (None, name)])
+            for zone, names in self.offers.items()}
+        return pagers.AggregatedListPager(method=self._no_next_page, request=request,
+                                          response=compute_v1.AcceleratorTypeAggregatedList(items=items))
+
+    @staticmethod
+    def _no_next_page(request, **kwargs):
+        raise AssertionError("one page only: the response has no next_page_token")
+
+
 class FakeMonitoring:
     """Cloud Monitoring's MetricService: ListTimeSeries answers a GPU metric's points for the asked job.
 
@@ -422,13 +448,14 @@ class FakeGoogleCloud:
     """Stands in for gpuflow.platform.gcp_clients.GcpClients: the same methods, answering with the fakes."""
 
     def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
-                 projects=None):
+                 projects=None, accelerator_types=None):
         self.registry = registry or FakeArtifactRegistry()
         self.metrics = monitoring or FakeMonitoring()
         self.dataflow = dataflow or FakeDataflow()
         self.vertex = vertex or FakeVertex()
         self.build = build or FakeCloudBuild(self.registry)
         self.projects = projects or FakeProjectsClient()
+        self.accelerator_types = accelerator_types or FakeAcceleratorTypesClient()
         self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
 
@@ -460,6 +487,9 @@ class FakeGoogleCloud:
 
     def compute_projects(self):
         return self.projects
+
+    def compute_accelerator_types(self):
+        return self.accelerator_types
 
     def monitoring(self):
         return self.metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
@@ -55,15 +55,34 @@ def gpus_needed(config: GpuflowConfig) -> int:
     return config.gpu.count * config.worker.max_num_workers
 
 
-def compute_clients(conn_id: str):
-    """Compute Engine's Regions and Projects clients with the Airflow connection's credentials.
+class ComputeClients(NamedTuple):
+    regions: Any
+    projects: Any
+    accelerator_types: Any
 
-    Gap in the Airflow Google provider: its ComputeEngineHook has no quota reads."""
+
+def compute_clients(conn_id: str) -> ComputeClients:
+    """Compute Engine's Regions, Projects and AcceleratorTypes clients with the Airflow connection's credentials.
+
+    Gap in the Airflow Google provider: its ComputeEngineHook reads neither quotas nor accelerator types."""
     from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
     from google.cloud import compute_v1
 
     credentials = GoogleBaseHook(gcp_conn_id=conn_id).get_credentials()
-    return compute_v1.RegionsClient(credentials=credentials), compute_v1.ProjectsClient(credentials=credentials)
+    return ComputeClients(compute_v1.RegionsClient(credentials=credentials),
+                          compute_v1.ProjectsClient(credentials=credentials),
+                          compute_v1.AcceleratorTypesClient(credentials=credentials))
+
+
+def zones_offering(project: str, gpu_type: str, region: str, client) -> list[str]:
+    """The zones of the region that offer the GPU type, as Compute Engine lists its accelerator types now
+    (acceleratorTypes.aggregatedList, filtered by name)."""
+    from google.cloud import compute_v1
+
+    pager = client.aggregated_list(request=compute_v1.AggregatedListAcceleratorTypesRequest(
+        project=project, filter=f'name = "{gpu_type}"'))
+    return sorted(scope.removeprefix("zones/") for scope, listed in pager
+                  if scope.startswith(f"zones/{region}-") and any(a.name == gpu_type for a in listed.accelerator_types))
 
 
 def _unknown_fix(gpu, region: str) -> str:

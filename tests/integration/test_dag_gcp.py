@@ -89,8 +89,11 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
     assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
     prefix = run_prefix(DAG_ID, run.run_id)
 
-    # The quota of the run's region was read before anything was created.
+    # Preflight asked Compute Engine which zones offer the GPU; the quota of the run's region and the
+    # project-wide GPU quota were read before anything was created.
+    assert [(r.project, r.filter) for r in cloud.accelerator_types.requests] == [(PROJECT, 'name = "nvidia-l4"')]
     assert [(r.project, r.region) for r in cloud.regions.requests] == [(PROJECT, "us-central1")]
+    assert [r.project for r in cloud.projects.requests] == [PROJECT]
     # Vertex AI: one custom job on the guide's machine for flan-t5-small, polled to SUCCEEDED.
     (create,) = [r for n, r in cloud.vertex.requests if n == "create_custom_job"]
     (pool,) = create.custom_job.job_spec.worker_pool_specs

@@ -128,3 +128,40 @@ def test_streaming_right_fitting_needs_horizontal_autoscaling(overrides, errors)
     assert any(f.level == "info" and "recent" in f.problem for f in found) == ("gpu.request=resource_hint" in overrides)
     # The streaming workflow's preflight runs it.
     assert [f.field for f in findings(*overrides) if f.level == "error" and f.field in errors] == errors
+
+
+def live_findings(zones_offering, *overrides):
+    config = load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod", *overrides])
+    return [f for f in run_preflight(config, check_environment=False, zones_offering=zones_offering)
+            if f.field == "region"]
+
+
+def test_on_gcp_the_region_check_asks_compute_engine_and_not_the_table():
+    from tests.gcp_fakes import FakeAcceleratorTypesClient
+
+    fake = FakeAcceleratorTypesClient({"me-central2-a": ["nvidia-l4"], "us-central1-a": ["nvidia-tesla-t4"]})
+    asked = []
+
+    def zones_offering(gpu_type, region):
+        from gpuflow.quota import zones_offering as live
+
+        asked.append((gpu_type, region))
+        return live("acme-ml-prod", gpu_type, region, fake)
+
+    # A region the table does not know, which Compute Engine says offers the GPU: no warning, no error.
+    (offered,) = live_findings(zones_offering, "region=me-central2")
+    assert offered.level == "info" and "me-central2-a" in offered.problem
+    assert fake.requests[-1].filter == 'name = "nvidia-l4"' and fake.requests[-1].project == "acme-ml-prod"
+    # A region the table says offers L4, where Compute Engine lists none now: an error with the fix.
+    (missing,) = live_findings(zones_offering, "region=us-central1")
+    assert missing.level == "error" and "accelerator-types list" in missing.fix
+    assert asked == [("nvidia-l4", "me-central2"), ("nvidia-l4", "us-central1")]
+
+
+def test_when_compute_engine_cannot_be_asked_the_table_decides_and_preflight_says_so():
+    def unreachable(gpu_type, region):
+        raise PermissionError("compute.acceleratorTypes.list denied")
+
+    found = live_findings(unreachable, "region=southamerica-east1")
+    assert [f.level for f in found] == ["warning", "error"]
+    assert "using gpuflow's table" in found[0].problem and "nvidia-tesla-t4" in found[1].fix

@@ -29,13 +29,13 @@ def config_from_params(context: Any):
         raise AirflowFailException(str(error)) from None
 
 
-def validated_config(config, workflow: str, what: str) -> dict[str, Any]:
+def validated_config(config, workflow: str, what: str, zones_offering=None) -> dict[str, Any]:
     """Run preflight's rules for the workflow and log them; return the config as JSON for the next tasks.
 
     A finding at error level fails the task without retries: a bad configuration will not get better."""
     from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
 
-    findings = run_preflight(config, workflow=workflow)
+    findings = run_preflight(config, workflow=workflow, zones_offering=zones_offering)
     log.info("preflight of %s:\n%s", what, format_findings(findings))
     if has_errors(findings):
         raise AirflowFailException(str(PreflightFailed(findings)))

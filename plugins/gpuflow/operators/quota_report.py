@@ -29,7 +29,8 @@ class GpuQuotaReportOperator(BaseOperator):
             else:
                 log.info("local GPUs: %s", report["gpus"])
             return {"profile": "local", **report}
-        readings = gpu_quota(config, *compute_clients(config.gcp_conn_id))
+        clients = compute_clients(config.gcp_conn_id)
+        readings = gpu_quota(config, clients.regions, clients.projects)
         log.info("GPU quota for %s:\n%s", config.project, format_quota(readings))
         for reading in readings:
             if not reading.known:

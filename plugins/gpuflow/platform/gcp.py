@@ -80,6 +80,12 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
                 "mean_utilization": sum(readings["utilization"]) / len(readings["utilization"]),
                 "max_memory_utilization": max(readings["memory_utilization"])}
 
+    def zones_offering(self, gpu_type: str, region: str) -> list[str]:
+        """The region's zones that offer the GPU type now, from Compute Engine (preflight's region check)."""
+        from gpuflow.quota import zones_offering
+
+        return zones_offering(self.config.project, gpu_type, region, self.clients.compute_accelerator_types())
+
     def gpu_capacity(self) -> dict[str, Any]:
         """The region's GPU quota and the project-wide GPUS_ALL_REGIONS; ``enough`` is False only when a quota
         is known to be too small (an unknown one is reported with its fix)."""

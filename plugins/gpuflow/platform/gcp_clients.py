@@ -78,9 +78,14 @@ class GcpClients:
     def compute_regions(self):
         from gpuflow.quota import compute_clients
 
-        return compute_clients(self.conn_id)[0]
+        return compute_clients(self.conn_id).regions
 
     def compute_projects(self):
         from gpuflow.quota import compute_clients
 
-        return compute_clients(self.conn_id)[1]
+        return compute_clients(self.conn_id).projects
+
+    def compute_accelerator_types(self):
+        from gpuflow.quota import compute_clients
+
+        return compute_clients(self.conn_id).accelerator_types

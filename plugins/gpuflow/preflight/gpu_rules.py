@@ -6,7 +6,7 @@ Each rule reads the catalog (plugins/gpuflow/catalog/*.yaml), not if-chains.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
@@ -252,7 +252,30 @@ def streaming_right_fitting_autoscales(config: GpuflowConfig) -> Iterator[Findin
                "if the job is refused, use gpu.request: worker_accelerator for streaming")
 
 
+ZonesOffering = Callable[[str, str], list[str]]
+
+
+def region_offers_gpu_now(config: GpuflowConfig, zones_offering: ZonesOffering) -> Iterator[Finding]:
+    """Ask Compute Engine which zones of the region offer the GPU type; the table is the offline fallback."""
+    try:
+        zones = zones_offering(config.gpu.type, config.region)
+    except Exception as problem:  # no permission, no network: fall back to the table, and say so
+        yield warning("region", f"could not ask Compute Engine which zones of {config.region} offer "
+                      f"{config.gpu.type} ({type(problem).__name__}: {problem}); using gpuflow's table instead",
+                      "grant compute.acceleratorTypes.list to the Airflow identity, or check the region by hand")
+        yield from region_offers_gpu(config)
+        return
+    if not zones:
+        yield error("region", f"Compute Engine lists no zone of {config.region} that offers {config.gpu.type}",
+                    "use another region (gcloud compute accelerator-types list --filter="
+                    f"\"name={config.gpu.type}\" lists them), or another gpu.type")
+    else:
+        yield info("region", f"Compute Engine: {config.gpu.type} is offered in {', '.join(zones)}",
+                   "leave gpu.zone empty so Dataflow can pick among them")
+
+
 def region_offers_gpu(config: GpuflowConfig) -> Iterator[Finding]:
+    """The offline table (transcribed by hand; on gcp, preflight asks Compute Engine instead)."""
     offered = catalog.region_offers(config.region)
     if offered is None:
         yield warning("region", f"gpuflow's region table (as of {catalog.table_date('regions')}) does not know "

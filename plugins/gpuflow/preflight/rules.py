@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -9,7 +10,13 @@ from pathlib import Path
 
 from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig
 from gpuflow.preflight.findings import Finding, error, warning
-from gpuflow.preflight.gpu_rules import GPU_RULES, streaming_right_fitting_autoscales
+from gpuflow.preflight.gpu_rules import (
+    GPU_RULES,
+    ZonesOffering,
+    region_offers_gpu,
+    region_offers_gpu_now,
+    streaming_right_fitting_autoscales,
+)
 
 Rule = Callable[[GpuflowConfig], Iterator[Finding]]
 
@@ -190,6 +197,12 @@ ENVIRONMENT_RULES: dict[str, list[Rule]] = {
 }
 
 
-def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference") -> list[Finding]:
+def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference",
+                  zones_offering: ZonesOffering | None = None) -> list[Finding]:
+    """Every rule of the workflow. ``zones_offering`` (gcp, from the platform): the region check asks Compute
+    Engine instead of reading the offline table."""
     rules = CONFIG_RULES + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
+    if zones_offering is not None:
+        rules = [functools.partial(region_offers_gpu_now, zones_offering=zones_offering) if rule is region_offers_gpu
+                 else rule for rule in rules]
     return [finding for rule in rules for finding in rule(config)]
