@@ -20,21 +20,24 @@ SHORT_S = 15 * 60
 #: The least a task that waits on a job gets, so that a run naming another configuration file with longer
 #: waits than the DAG's (configs/gcp.example.yaml: a 20-minute smoke test) still fits.
 WAITING_FLOOR_S = 60 * 60
+#: Fallback placements a run may add in its form beyond the file's, and still fit the launch's timeout.
+SPARE_FALLBACKS = 2
 
 Lookup = Callable[[str], Any]
 
 
-def _attempts(get: Lookup) -> int:
-    """The first placement and each fallback: a launch may start that many jobs in turn."""
-    return 1 + len(get("gpu.fallbacks") or [])
+def _attempts(get: Lookup, spare: int) -> int:
+    """The first placement and each fallback (plus ``spare`` more): a launch may start that many jobs in turn."""
+    return 1 + len(get("gpu.fallbacks") or []) + spare
 
 
 def _regions(get: Lookup) -> int:
     return len({get("region"), *((f or {}).get("region") for f in get("gpu.fallbacks") or [])} - {None})
 
 
-def timeouts_s(get: Lookup) -> dict[str, float]:
-    """Seconds each task may run, by task id, from the configuration keys ``get`` reads (dotted)."""
+def timeouts_s(get: Lookup, spare_fallbacks: int = 0) -> dict[str, float]:
+    """Seconds each task may run, by task id, from the configuration keys ``get`` reads (dotted); with room for
+    ``spare_fallbacks`` more fallback placements (and their regions) than the configuration names."""
     start = float(get("dataflow.start_timeout_s"))
     local_start = float(get("local.pipeline_start_timeout_s"))
     return {
@@ -44,10 +47,10 @@ def timeouts_s(get: Lookup) -> dict[str, float]:
         "setup": SHORT_S,
         "export_model": float(get("export.timeout_s")) + MARGIN_S,
         "build_container": float(get("container.build_timeout_s")) + MARGIN_S,
-        "verify_gpu": _attempts(get) * (max(start, local_start) + MARGIN_S),
-        "launch": _attempts(get) * (max(start, local_start) + MARGIN_S),
+        "verify_gpu": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
+        "launch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
         "smoke_test": float(get("smoke_test.timeout_s")) + float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
-        "cleanup": _regions(get) * float(get("dataflow.stop_timeout_s")) + MARGIN_S,
+        "cleanup": (_regions(get) + spare_fallbacks) * float(get("dataflow.stop_timeout_s")) + MARGIN_S,
         # gpu_quota_report
         "report": SHORT_S,
         # dataproc_gpu_batch
@@ -60,7 +63,7 @@ def apply_task_timeouts(dag: Any) -> None:
     from gpuflow.trigger_form import form_values
 
     values = form_values(dag.dag_id)
-    seconds = timeouts_s(values.__getitem__)
+    seconds = timeouts_s(values.__getitem__, spare_fallbacks=SPARE_FALLBACKS)
     for task in dag.tasks:
         needed = seconds.get(task.task_id, SHORT_S)
         task.execution_timeout = timedelta(seconds=needed if needed == SHORT_S else max(needed, WAITING_FLOOR_S))

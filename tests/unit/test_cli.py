@@ -83,11 +83,11 @@ def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch
     image = next(a.split("=", 1)[1] for a in staging if a.startswith("--sdk_container_image="))
     ran = []
 
-    def record(command, env, what, timeout_s=1800):
-        ran.append(command)
+    def record(cmd, log, **kwargs):  # the Beam provider's subprocess runner, under BeamHook
+        ran.append(cmd)
         raise RuntimeError("stop here: nothing is staged in a unit test")
 
-    monkeypatch.setattr("gpuflow.platform.local.run_logged", record)
+    monkeypatch.setattr("airflow.providers.apache.beam.hooks.beam.run_beam_command", record)
     platform = gcp_platform.GcpPlatform(config, clients=FakeGoogleCloud())
     with pytest.raises(RuntimeError, match="stop here"):
         platform.launch_pipeline(pipeline_argv(config, names), names, image)

@@ -28,7 +28,9 @@ def test_the_waiting_tasks_get_their_configured_waits_plus_a_margin():
     dag = parsed("llm_streaming_inference.py")
     config = load_config("configs/local.yaml")
     assert dag.get_task("export_model").execution_timeout.total_seconds() == config.export.timeout_s + MARGIN_S
-    assert dag.get_task("launch").execution_timeout.total_seconds() == WAITING_FLOOR_S  # 30 min start + margin
+    # 30 min start + margin for the placement and two fallbacks a run may add in its form
+    assert dag.get_task("launch").execution_timeout.total_seconds() == 3 * (config.dataflow.start_timeout_s + MARGIN_S)
+    assert dag.get_task("smoke_test").execution_timeout.total_seconds() == WAITING_FLOOR_S
     assert dag.get_task("preflight").execution_timeout.total_seconds() == SHORT_S
 
 
@@ -47,3 +49,8 @@ def test_the_shipped_configurations_fit_their_dags_and_a_longer_wait_is_refused(
     assert too_short_for(load_config("configs/dataproc.example.yaml"), batch) == []
     (refused,) = too_short_for(load_config(None, overrides=["smoke_test.timeout_s=7200"]), streaming)
     assert refused.startswith("smoke_test needs up to 8400s")
+    two_fallbacks = "gpu.fallbacks=[{region: us-east4}, {region: us-west1}]"
+    assert too_short_for(load_config(None, overrides=[two_fallbacks]), streaming) == []
+    three_fallbacks = "gpu.fallbacks=[{region: us-east4}, {region: us-west1}, {region: europe-west4}]"
+    assert [line.split()[0] for line in too_short_for(load_config(None, overrides=[three_fallbacks]), streaming)] == [
+        "verify_gpu", "launch", "cleanup"]

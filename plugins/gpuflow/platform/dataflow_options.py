@@ -82,12 +82,47 @@ def dataflow_options(config: GpuflowConfig, names: ResourceNames, image: str, jo
     return options
 
 
+def argv_pairs(argv: list[str]) -> list[tuple[str, Any]]:
+    """``--name value``, ``--name=value`` and bare ``--flag`` arguments as (name, value) pairs (flags: True)."""
+    pairs: list[tuple[str, Any]] = []
+    tokens = list(argv)
+    while tokens:
+        name, equals, value = tokens.pop(0).removeprefix("--").partition("=")
+        if not equals:
+            value = tokens.pop(0) if tokens and not tokens[0].startswith("--") else True
+        pairs.append((name, value))
+    return pairs
+
+
+def staging_variables(config: GpuflowConfig, names: ResourceNames, argv: list[str], image: str, job_name: str,
+                      streaming: bool) -> dict[str, Any]:
+    """The pipeline's arguments and every Dataflow option as BeamHook's ``variables`` (repeated ones as lists).
+
+    BeamHook writes them back as ``--name=value`` after ``--runner=DataflowRunner``, which it adds itself."""
+    options = dataflow_options(config, names, image, job_name, streaming, template_uri_for(names, job_name))
+    variables: dict[str, Any] = {}
+    for name, value in argv_pairs([*argv, *options]):
+        if name in variables:
+            previous = variables[name]
+            variables[name] = [*(previous if isinstance(previous, list) else [previous]), value]
+        else:
+            variables[name] = value
+    del variables["runner"]
+    # BeamHook takes the job's labels as a mapping and writes each back as --labels=key=value.
+    labels = variables["labels"] if isinstance(variables["labels"], list) else [variables["labels"]]
+    variables["labels"] = dict(label.split("=", 1) for label in labels)
+    return variables
+
+
 def staging_command(config: GpuflowConfig, names: ResourceNames, script: str, argv: list[str], image: str,
                     job_name: str, streaming: bool) -> list[str]:
-    """The command that lets Beam's DataflowRunner write a job's request to GCS (it starts nothing)."""
-    template_uri = template_uri_for(names, job_name)
-    return [sys.executable, str(beam_jobs_dir() / script), *argv,
-            *dataflow_options(config, names, image, job_name, streaming, template_uri)]
+    """The command BeamHook runs so that Beam's DataflowRunner writes a job's request to GCS (it starts nothing)."""
+    from airflow.providers.apache.beam.hooks.beam import beam_options_to_args
+
+    variables = staging_variables(config, names, argv, image, job_name, streaming)
+    # As BeamHook.start_python_pipeline turns the labels mapping back into key=value arguments.
+    variables["labels"] = [f"{key}={value}" for key, value in variables["labels"].items()]
+    return [sys.executable, str(beam_jobs_dir() / script), "--runner=DataflowRunner", *beam_options_to_args(variables)]
 
 
 def gpu_metric_filter(metric_type: str, job_id: str) -> str:
@@ -128,11 +163,8 @@ def flex_parameters(job: str, argv: list[str], config: GpuflowConfig) -> dict[st
 
     The launcher passes each back as ``--max_new_tokens=16``; bare flags become ``true``."""
     parameters = {"gpuflow_job": job}
-    tokens = list(argv)
-    while tokens:
-        name = tokens.pop(0).removeprefix("--").replace("-", "_")
-        value = tokens.pop(0) if tokens and not tokens[0].startswith("--") else "true"
-        parameters[name] = value
+    for name, value in argv_pairs(argv):
+        parameters[name.replace("-", "_")] = "true" if value is True else value
     parameters["dataflow_service_options"] = ",".join(service_options(config))
     return parameters
 

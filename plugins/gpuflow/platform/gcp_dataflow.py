@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
+import sys
 import time
 from typing import Any
 
+from gpuflow.config import beam_jobs_dir
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import JobHandle
 from gpuflow.platform.console import dataflow_job_url
@@ -27,7 +28,7 @@ from gpuflow.platform.dataflow_options import (
     job_name_for,
     runtime_environment,
     sdk_python_of,
-    staging_command,
+    staging_variables,
     template_uri_for,
 )
 from gpuflow.platform.gcp_service import GcpService
@@ -49,13 +50,23 @@ class DataflowJobFailed(RuntimeError):
 class DataflowJobs(GcpService):
     def stage_template(self, script: str, argv: list[str], names: ResourceNames, image: str, job_name: str,
                        streaming: bool) -> tuple[str, dict[str, Any]]:
-        """Let Beam's DataflowRunner write the job request to GCS; return its URI and the request itself."""
-        from gpuflow.platform.local import run_logged
+        """Let Beam's DataflowRunner write the job request to GCS; return its URI and the request itself.
+
+        The Beam provider's BeamHook runs the staging (the exact command `gpuflow launch-command` prints)."""
+        from airflow.providers.apache.beam.hooks.beam import BeamHook
+        from airflow.providers.common.compat.sdk import AirflowException
 
         template_uri = template_uri_for(names, job_name)
-        command = staging_command(self.config, names, script, argv, image, job_name, streaming)
+        variables = staging_variables(self.config, names, argv, image, job_name, streaming)
+        log.info("staging %s with Beam's DataflowRunner (BeamHook)", job_name)
         with self.clients.credentials_for_subprocess():
-            run_logged(command, {**os.environ, "PYTHONUNBUFFERED": "1"}, f"staging {job_name} with Beam's DataflowRunner")
+            try:
+                BeamHook(runner="DataflowRunner").start_python_pipeline(
+                    variables=variables, py_file=str(beam_jobs_dir() / script), py_options=[],
+                    py_interpreter=sys.executable)
+            except AirflowException as failure:
+                raise DataflowJobFailed(f"staging {job_name} failed ({failure}); Beam's output is in the task log "
+                                        "above. Fix: run `gpuflow launch-command` to repeat it by hand.") from None
         bucket, _, blob = template_uri.removeprefix("gs://").partition("/")
         template = json.loads(self._gcs().download(bucket, blob))
         launcher_python = sdk_python_of(template)
