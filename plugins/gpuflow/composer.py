@@ -14,11 +14,13 @@ from gpuflow.config import PROJECT_ROOT
 #: Project folders copied into the bucket's data/ folder.
 DATA_FOLDERS = ("beam_jobs", "configs", "docker", "spark_jobs")
 
-#: Not installed on Composer: Airflow and the providers Composer ships (it pins their versions), Airflow's own
-#: dependencies, and what only the local profile uses (emulators, local Spark, the model libraries, which run
-#: in the Dataflow workers and the Vertex AI job, not in Airflow).
+#: Not installed on Composer: Airflow, Beam and the providers Composer ships (it pins their versions; its Beam
+#: provider needs its apache-beam, so deploy-composer never replaces it), Airflow's own dependencies, and what
+#: only the local profile uses (emulators, local Spark, the model libraries, which run in the Dataflow workers
+#: and the Vertex AI job, not in Airflow).
 COMPOSER_PROVIDES_OR_NOT_NEEDED = {
-    "apache-airflow", "apache-airflow-providers-google", "apache-airflow-providers-apache-beam", "pydantic",
+    "apache-airflow", "apache-airflow-providers-google", "apache-airflow-providers-apache-beam", "apache-beam",
+    "pydantic",
     "pyyaml", "gcp-storage-emulator", "pyspark", "torch", "transformers", "tokenizers", "safetensors",
 }
 

@@ -32,10 +32,11 @@ def test_make_deploy_composer_dry_run_prints_the_gcloud_commands_and_runs_none(t
     assert (tmp_path / "req.txt").read_text().splitlines() == composer_requirements()
 
 
-def test_composer_requirements_leave_out_airflow_and_keep_the_launchers_beam():
+def test_composer_requirements_never_replace_composers_airflow_or_beam():
     wanted = composer_requirements()
-    assert "apache-beam[gcp]==2.77.0" in wanted  # the launcher's Beam must match the worker image's
-    assert not [line for line in wanted if line.startswith(("apache-airflow", "torch", "pyspark", "gcp-storage"))]
+    assert not [line for line in wanted
+                if line.startswith(("apache-airflow", "apache-beam", "torch", "pyspark", "gcp-storage"))]
+    assert "google-cloud-artifact-registry==1.23.0" in wanted
 
 
 def test_the_dags_load_and_find_their_files_from_composers_layout(tmp_path):

@@ -127,7 +127,8 @@ def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Find
             "python_version",
             f"the launch environment runs Python {local_python} but the container is built for "
             f"{config.python_version}; workers then fail with 'SystemError: unknown opcode' or pickler errors",
-            f"set python_version: '{local_python}' or launch from a Python {config.python_version} environment",
+            f"set python_version: '{local_python}' (the image is built with it), or use launch.mode: flex_template "
+            "(the image launches the job itself)",
         )
     try:
         local_beam = metadata.version("apache-beam")
@@ -139,7 +140,8 @@ def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Find
         yield error(
             "beam_version",
             f"the launch environment has Beam {local_beam} but the container is built for {config.beam_version}",
-            f"set beam_version: '{local_beam}' or install apache-beam=={config.beam_version} where Airflow runs",
+            f"set beam_version: '{local_beam}' (the image is built with it), or use launch.mode: flex_template (the "
+            "image launches the job itself); on Cloud Composer never replace the environment's Beam",
         )
 
 
