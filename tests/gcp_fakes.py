@@ -456,6 +456,7 @@ class FakeGoogleCloud:
         self.build = build or FakeCloudBuild(self.registry)
         self.projects = projects or FakeProjectsClient()
         self.accelerator_types = accelerator_types or FakeAcceleratorTypesClient()
+        self.chain: list[str] = []  # the connection's impersonation_chain
         self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
 
@@ -490,6 +491,9 @@ class FakeGoogleCloud:
 
     def compute_accelerator_types(self):
         return self.accelerator_types
+
+    def impersonation_chain(self):
+        return list(self.chain)
 
     def monitoring(self):
         return self.metrics

@@ -6,7 +6,7 @@ Params of their own; each folded section is one multi-line field of ``config.key
 ``gpuflow preflight --set`` takes them, with the file's values filled in.
 
 Why sections of lines rather than one Param per key: a form of ~75 fields is one flat list a person
-cannot read, and parsing costs grow with the Params (README "Trigger form" has the measurements). The DAG
+cannot read, and parsing costs grow with the Params (README, "Benchmarks", has the measurements). The DAG
 files attach the form after their tasks (``attach_trigger_form``), so Airflow does not copy it into each task.
 
 What a run changes is what differs from the form's defaults (``run_settings``): a field left as shown keeps
@@ -129,7 +129,7 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _read_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+    return yaml.load(text, Loader=_YAML_LOADER)  # a safe loader, C or Python
 
 
 def _file_values(config_file: str) -> dict[str, Any]:

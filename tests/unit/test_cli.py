@@ -92,3 +92,27 @@ def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch
     with pytest.raises(RuntimeError, match="stop here"):
         platform.launch_pipeline(pipeline_argv(config, names), names, image)
     assert ran == [staging]
+
+
+def test_the_staging_acts_as_the_connections_impersonated_account(monkeypatch):
+    from gpuflow.config import load_config
+    from gpuflow.naming import resource_names
+    from gpuflow.platform.gcp import GcpPlatform
+    from gpuflow.steps.launch import pipeline_argv
+    from tests.gcp_fakes import FakeGoogleCloud
+
+    ran = []
+
+    def record(cmd, log, **kwargs):
+        ran.append(cmd)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("airflow.providers.apache.beam.hooks.beam.run_beam_command", record)
+    cloud = FakeGoogleCloud()
+    cloud.chain = ["deployer@acme-ml-prod.iam.gserviceaccount.com", "gpuflow@acme-ml-prod.iam.gserviceaccount.com"]
+    config = load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod"])
+    names = resource_names(config, "gf-0123456789")
+    with pytest.raises(RuntimeError, match="stop here"):
+        GcpPlatform(config, clients=cloud).launch_pipeline(pipeline_argv(config, names), names, "img:1")
+    assert ("--impersonate_service_account=deployer@acme-ml-prod.iam.gserviceaccount.com,"
+            "gpuflow@acme-ml-prod.iam.gserviceaccount.com") in ran[0]

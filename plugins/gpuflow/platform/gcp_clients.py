@@ -29,6 +29,13 @@ class GcpClients:
 
         return {"credentials": self._base_hook.get_credentials(), "client_info": CLIENT_INFO}
 
+    def impersonation_chain(self) -> list[str]:
+        """The connection's impersonation chain (its extra's ``impersonation_chain``), last the target account."""
+        chain = self._base_hook._get_field("impersonation_chain", None)  # as GoogleBaseHook reads it
+        if isinstance(chain, str):
+            chain = [account.strip() for account in chain.split(",") if account.strip()]
+        return list(chain or [])
+
     @contextlib.contextmanager
     def credentials_for_subprocess(self) -> Iterator[None]:
         """The connection's key file as GOOGLE_APPLICATION_CREDENTIALS while Beam stages a job (ADC otherwise)."""

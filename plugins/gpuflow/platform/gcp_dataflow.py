@@ -58,6 +58,9 @@ class DataflowJobs(GcpService):
 
         template_uri = template_uri_for(names, job_name)
         variables = staging_variables(self.config, names, argv, image, job_name, streaming)
+        chain = self.clients.impersonation_chain()
+        if chain:  # Beam's own option: the staging acts as the same identity as gpuflow's other API calls
+            variables["impersonate_service_account"] = ",".join(chain)
         log.info("staging %s with Beam's DataflowRunner (BeamHook)", job_name)
         with self.clients.credentials_for_subprocess():
             try:
