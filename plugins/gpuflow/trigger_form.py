@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 from airflow.sdk import Param
@@ -57,12 +57,16 @@ LABELS = {
 }
 
 
-class Section(NamedTuple):
-    """A folded section of the form: one multi-line Param holding the lines of these config keys."""
+class Section:
+    """A folded section of the form: one multi-line Param holding the lines of these config keys.
 
-    title: str
-    param: str
-    prefixes: tuple[str, ...]
+    Plain classes, not NamedTuples or dataclasses: those generate code when the module is imported, at every
+    parse of a DAG file."""
+
+    __slots__ = ("title", "param", "prefixes")
+
+    def __init__(self, title: str, param: str, prefixes: tuple[str, ...]):
+        self.title, self.param, self.prefixes = title, param, prefixes
 
     def owns(self, dotted: str) -> bool:
         return any(dotted == prefix or (prefix.endswith(".") and dotted.startswith(prefix)) for prefix in self.prefixes)
@@ -85,10 +89,11 @@ SECTIONS = {
 }
 
 
-class FormLayout(NamedTuple):
-    config_file: str
-    run_fields: tuple[str, ...]
-    sections: tuple[str, ...]
+class FormLayout:
+    __slots__ = ("config_file", "run_fields", "sections")
+
+    def __init__(self, config_file: str, run_fields: tuple[str, ...], sections: tuple[str, ...]):
+        self.config_file, self.run_fields, self.sections = config_file, run_fields, sections
 
 
 LAYOUTS = {
@@ -133,15 +138,30 @@ def _read_yaml(text: str) -> Any:
 
 
 def _file_values(config_file: str) -> dict[str, Any]:
-    """The value of every known config key in the file, or its default where the file has none."""
-    raw = _read_yaml(resolve_config_path(config_file).read_text()) or {}
+    """The value of every known config key in the file, or its default where the file has none.
+
+    Read once per version of the file (its modification time): the form and the tasks' execution timeouts
+    both read it while a DAG file is parsed."""
+    path = resolve_config_path(config_file)
+    return dict(_read_values(path, path.stat().st_mtime_ns))
+
+
+@cache
+def _read_values(path: Path, modified_ns: int) -> tuple[tuple[str, Any], ...]:
+    raw = _read_yaml(path.read_text()) or {}
     values = {}
     for dotted, schema in _field_schemas().items():
         node: Any = raw
         for part in dotted.split("."):
             node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
         values[dotted] = schema["default"] if node is _MISSING else node
-    return values
+    return tuple(values.items())
+
+
+#: Strings YAML reads back as themselves: a letter first, then no character YAML gives a meaning to here.
+#: (Words YAML reads as booleans or null are not among them.) Others are checked by reading them back.
+_PLAIN_STRING = re.compile(r"[A-Za-z][A-Za-z0-9_./@-]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
 
 
 def format_value(value: Any) -> str:
@@ -149,6 +169,8 @@ def format_value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
+        if _PLAIN_STRING.fullmatch(value) and value.lower() not in _YAML_WORDS:
+            return value
         try:
             plain_reads_back = bool(value) and value.strip() == value and _read_yaml(value) == value
         except yaml.YAMLError:

@@ -6,7 +6,7 @@ from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamValidationError
 
 from gpuflow.config import load_config
-from gpuflow.trigger_form import LAYOUTS, RUN_SECTION, SECTIONS, dag_params, run_settings, settings_lines
+from gpuflow.trigger_form import LAYOUTS, RUN_SECTION, SECTIONS, FormLayout, dag_params, run_settings, settings_lines
 
 DAG_IDS = sorted(LAYOUTS)
 
@@ -97,9 +97,21 @@ def test_a_conf_of_single_keys_still_works():
 def test_clearing_a_field_the_file_sets_clears_it(tmp_path, monkeypatch):
     config_file = tmp_path / "with-bucket.yaml"
     config_file.write_text("bucket: team-bucket\n")
-    monkeypatch.setitem(LAYOUTS, "gpu_quota_report", LAYOUTS["gpu_quota_report"]._replace(
-        config_file=str(config_file), run_fields=("profile", "bucket")))
+    monkeypatch.setitem(LAYOUTS, "gpu_quota_report", FormLayout(str(config_file), ("profile", "bucket"),
+                                                             LAYOUTS["gpu_quota_report"].sections))
     values = form_values("gpu_quota_report")
     assert values["bucket"] == "team-bucket"
     assert load_config(*run_settings("gpu_quota_report", values)).bucket == "team-bucket"
     assert load_config(*run_settings("gpu_quota_report", {**values, "bucket": None})).bucket is None
+
+
+@pytest.mark.parametrize("value", ["nvidia-l4", "g2-standard-4", "gs://b/x", "3.11", "2.77.0", "true", "off", "no",
+                                   "null", "", " padded", "a: b", "[x", "#x", "us-docker.pkg.dev/v/t:latest", 8, 1.5,
+                                   True, None, ["a", "b"], {"k": 1}])
+def test_every_value_reads_back_from_its_line_as_itself(value):
+    from gpuflow.config import parse_override
+    from gpuflow.trigger_form import format_value
+
+    # parse_override keeps a float's text (pydantic reads it), so that "3.10" stays a string.
+    expected = str(value) if isinstance(value, float) else value
+    assert parse_override(f"key={format_value(value)}") == ("key", expected)
