@@ -1,5 +1,5 @@
-"""What every gpuflow operator shares: the run's configuration from its Params, run-scoped names, console
-links read from XCom, and the step operator that runs one step in the profile's environment.
+"""What every gpuflow operator shares: the run's configuration from its Params, run-scoped names, and the
+step operator that runs one step in the profile's environment (console links: ``gpuflow.operators.links``).
 
 Importing the operators is cheap: the steps, and through them torch, Beam and the Google clients, are imported
 inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports only its own module.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from gpuflow.trigger_form import run_settings
@@ -59,21 +59,6 @@ def names_for(context: Any, config):
     from gpuflow.naming import resource_names, run_prefix
 
     return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
-
-
-class XComUrlLink(BaseOperatorLink):
-    """A console link the task pushed to XCom (a URL, or a job handle with its ``url``)."""
-
-    name = ""
-    source_key = ""
-
-    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        from airflow.sdk.bases.xcom import BaseXCom as XCom
-
-        value = XCom.get_value(ti_key=ti_key, key=self.source_key)
-        if isinstance(value, dict):
-            value = value.get("url")
-        return value if isinstance(value, str) and value.startswith("https://") else ""
 
 
 class GpuflowStepOperator(BaseOperator):

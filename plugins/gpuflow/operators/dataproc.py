@@ -10,19 +10,14 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from gpuflow.operators.base import (
     GpuflowStepOperator,
-    XComUrlLink,
     config_from_params,
     names_for,
     refuse_timeouts_beyond_the_tasks,
     validated_config,
 )
+from gpuflow.operators.links import DataprocBatchLink
 
 log = logging.getLogger(__name__)
-
-
-class DataprocBatchLink(XComUrlLink):
-    name = "Dataproc batch"
-    source_key = "dataproc_batch_url"
 
 
 class DataprocPreflightOperator(BaseOperator):

@@ -10,12 +10,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from gpuflow.operators.base import (
     GpuflowStepOperator,
-    XComUrlLink,
     config_from_params,
     names_for,
     refuse_timeouts_beyond_the_tasks,
     validated_config,
 )
+from gpuflow.operators.links import CloudBuildLink, DataflowJobLink, VertexAIJobLink
 
 if TYPE_CHECKING:  # gpuflow.platform is imported when a task runs, never when a DAG file is parsed
     from gpuflow.platform import JobHandle
@@ -26,21 +26,6 @@ log = logging.getLogger(__name__)
 #: ({"state_dict_uri", "model_dir_uri", "model", "kept"}). Downstream DAGs schedule on it (README).
 #: Named, without a URI scheme: a scheme makes Airflow load every provider to normalise it (a second per parse).
 STATE_DICT_ASSET = Asset(name="gpuflow_state_dict")
-
-
-class DataflowJobLink(XComUrlLink):
-    name = "Dataflow job"
-    source_key = "job_handle"
-
-
-class VertexAIJobLink(XComUrlLink):
-    name = "Vertex AI job"
-    source_key = "vertex_job_url"
-
-
-class CloudBuildLink(XComUrlLink):
-    name = "Cloud Build"
-    source_key = "cloud_build_url"
 
 
 class PreflightOperator(BaseOperator):
