@@ -29,22 +29,13 @@ def config_from_params(context: Any):
         raise AirflowFailException(str(error)) from None
 
 
-def validated_config(config, workflow: str, what: str, zones_offering=None) -> dict[str, Any]:
+def validated_config(config, context: Any, workflow: str, what: str, zones_offering=None) -> dict[str, Any]:
     """Run preflight's rules for the workflow and log them; return the config as JSON for the next tasks.
 
-    A finding at error level fails the task without retries: a bad configuration will not get better."""
+    A finding at error level fails the task without retries: a bad configuration will not get better. So does a
+    run whose waits would outlast their tasks' execution_timeout (killed mid-wait instead of ending with the
+    reason); the execution timeouts come from the DAG's configuration file (``gpuflow.task_timeouts``)."""
     from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
-
-    findings = run_preflight(config, workflow=workflow, zones_offering=zones_offering)
-    log.info("preflight of %s:\n%s", what, format_findings(findings))
-    if has_errors(findings):
-        raise AirflowFailException(str(PreflightFailed(findings)))
-    return config.model_dump(mode="json")
-
-
-def refuse_timeouts_beyond_the_tasks(config, context: Any) -> None:
-    """A run whose configuration lets a wait outlast its task's execution_timeout fails here, before anything is
-    created: the task would be killed mid-wait instead of ending it with the reason."""
     from gpuflow.task_timeouts import too_short_for
 
     short = too_short_for(config, context["dag"])
@@ -53,6 +44,11 @@ def refuse_timeouts_beyond_the_tasks(config, context: Any) -> None:
             "this run's timeouts exceed what its tasks may run (their execution_timeout comes from the DAG's "
             f"configuration file): {'; '.join(short)}. Fix: raise the timeouts in the configuration file the DAG "
             "reads, or lower them for this run.")
+    findings = run_preflight(config, workflow=workflow, zones_offering=zones_offering)
+    log.info("preflight of %s:\n%s", what, format_findings(findings))
+    if has_errors(findings):
+        raise AirflowFailException(str(PreflightFailed(findings)))
+    return config.model_dump(mode="json")
 
 
 def names_for(context: Any, config):

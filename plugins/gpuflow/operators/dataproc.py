@@ -12,7 +12,6 @@ from gpuflow.operators.base import (
     GpuflowStepOperator,
     config_from_params,
     names_for,
-    refuse_timeouts_beyond_the_tasks,
     validated_config,
 )
 from gpuflow.operators.links import DataprocBatchLink
@@ -30,8 +29,7 @@ class DataprocPreflightOperator(BaseOperator):
         if config.dataproc is None:
             raise AirflowFailException("the configuration has no dataproc section. Fix: use "
                                        "configs/dataproc.example.yaml or add a dataproc: section.")
-        refuse_timeouts_beyond_the_tasks(config, context)
-        return validated_config(config, "dataproc", "the Dataproc batch")
+        return validated_config(config, context, "dataproc", "the Dataproc batch")
 
 
 class DataprocBatchOperator(GpuflowStepOperator):

@@ -12,7 +12,6 @@ from gpuflow.operators.base import (
     GpuflowStepOperator,
     config_from_params,
     names_for,
-    refuse_timeouts_beyond_the_tasks,
     validated_config,
 )
 from gpuflow.operators.links import CloudBuildLink, DataflowJobLink, VertexAIJobLink
@@ -35,13 +34,12 @@ class PreflightOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         config = config_from_params(context)
-        refuse_timeouts_beyond_the_tasks(config, context)
         zones_offering = None
         if config.profile == "gcp":  # the region check asks Compute Engine (the catalog's table is the fallback)
             from gpuflow.platform import get_platform
 
             zones_offering = get_platform(config).zones_offering
-        return validated_config(config, "inference", f"run {names_for(context, config).prefix}", zones_offering)
+        return validated_config(config, context, "inference", f"run {names_for(context, config).prefix}", zones_offering)
 
 
 class SetupResourcesOperator(GpuflowStepOperator):
