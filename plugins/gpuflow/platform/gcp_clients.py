@@ -82,17 +82,18 @@ class GcpClients:
 
         return artifactregistry_v1.ArtifactRegistryClient(**self._client_kwargs())
 
-    def compute_regions(self):
+    @cached_property
+    def _compute(self):
+        """Compute Engine's three clients, made once (one credentials lookup) for the quota and region reads."""
         from gpuflow.quota import compute_clients
 
-        return compute_clients(self.conn_id).regions
+        return compute_clients(self.conn_id)
+
+    def compute_regions(self):
+        return self._compute.regions
 
     def compute_projects(self):
-        from gpuflow.quota import compute_clients
-
-        return compute_clients(self.conn_id).projects
+        return self._compute.projects
 
     def compute_accelerator_types(self):
-        from gpuflow.quota import compute_clients
-
-        return compute_clients(self.conn_id).accelerator_types
+        return self._compute.accelerator_types
