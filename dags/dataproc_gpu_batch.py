@@ -1,7 +1,8 @@
 """dataproc_gpu_batch: a Spark batch with GPUs on Dataproc Serverless, checked against the guide's rules.
 
 preflight and batch (setup tasks) -> cleanup (teardown). gcp: the batch is submitted through the provider's
-Dataproc hook with a batch id derived from the run, waited for, and deleted afterwards. local: the same
+Dataproc hook with a batch id derived from the run, waited for by its DataprocBatchTrigger (the task defers), and
+deleted afterwards. local: the same
 PySpark file runs on local Spark. The job's result (the executors' GPU count) goes to XCom.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
+from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.dataproc import DataprocBatchOperator, DataprocCleanupOperator, DataprocPreflightOperator
 from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import attach_trigger_form
@@ -24,7 +26,7 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
     preflight = DataprocPreflightOperator(task_id="preflight")
-    batch = DataprocBatchOperator(task_id="batch", config_json=preflight.output, retries=1)
+    batch = DataprocBatchOperator(task_id="batch", config_json=preflight.output, retries=1, pool=GPU_POOL)
     cleanup = DataprocCleanupOperator(task_id="cleanup", config_json=preflight.output)
     preflight >> batch >> cleanup
     # preflight is a setup too: once it passed, cleanup runs whatever the batch did.

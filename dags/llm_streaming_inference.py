@@ -3,7 +3,8 @@
 preflight -> check_quota -> setup -> export_model -> build_container -> verify_gpu -> launch -> smoke_test -> cleanup
 
 setup and launch are Airflow setup tasks and cleanup is their teardown: once anything was created,
-cleanup runs even when a later task fails, and the run still ends failed.
+cleanup runs even when a later task fails, and the run still ends failed. The tasks that wait on Google (or on the
+local pipeline process) defer: the triggerer waits, not a worker. verify_gpu and launch run in the gpuflow_gpu pool.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
+from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.streaming import (
     STATE_DICT_ASSET,
     BuildContainerOperator,
@@ -44,8 +46,9 @@ with DAG(
     setup = SetupResourcesOperator(task_id="setup", config_json=config)
     export_model = ExportModelOperator(task_id="export_model", config_json=config, outlets=[STATE_DICT_ASSET])
     build_container = BuildContainerOperator(task_id="build_container", config_json=config)
-    verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output)
-    launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=build_container.output, retries=0)
+    verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output, pool=GPU_POOL)
+    launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=build_container.output, retries=0,
+                                    pool=GPU_POOL)
     smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config, launch_task_id="launch")
     cleanup = CleanupOperator(task_id="cleanup", config_json=config, launch_task_id="launch")
 

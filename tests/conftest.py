@@ -130,6 +130,17 @@ def gcp_env(emulators, monkeypatch):
 
 
 @pytest.fixture
+def gcp_connection(monkeypatch):
+    """An anonymous google_cloud_default, for provider hooks that ask for credentials (fakes under them)."""
+    import json
+
+    from tests.helpers import GCP_TEST_PROJECT
+
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(
+        {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": GCP_TEST_PROJECT}}))
+
+
+@pytest.fixture
 def gcs_bucket(gcp_env):
     """A bucket on the GCS emulator (created once), reached through the provider's GCSHook: gcs_bucket(name)."""
     from airflow.providers.google.cloud.hooks.gcs import GCSHook

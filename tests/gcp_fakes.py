@@ -257,8 +257,10 @@ class FakeVertex:
     """Vertex AI's JobService. A created CustomJob runs: its script is read back from the GCS emulator and run
     here with /gcs/ paths mapped to gs:// (the demo model stands in for a hub download)."""
 
-    def __init__(self, env: dict[str, str] | None = None, demo_model_dir: Path | None = None, fail_with: str = ""):
+    def __init__(self, env: dict[str, str] | None = None, demo_model_dir: Path | None = None, fail_with: str = "",
+                 running_polls: int = 1):
         self.env, self.demo_model_dir, self.fail_with = env, demo_model_dir, fail_with
+        self.running_polls = running_polls  # polls that answer RUNNING before the job ends
         self.requests: list[tuple[str, Any]] = []
         self.polls = 0
 
@@ -295,7 +297,7 @@ class FakeVertex:
         self.requests.append(("get_custom_job", request))
         self.polls += 1
         states = aiplatform_v1.JobState
-        if self.polls == 1:
+        if self.polls <= self.running_polls:
             state = states.JOB_STATE_RUNNING
         else:
             state = states.JOB_STATE_FAILED if self.fail_with else states.JOB_STATE_SUCCEEDED
@@ -444,8 +446,66 @@ class FakeMonitoring:
         )]
 
 
+#: The requests each fake answers, by method: what the real GAPIC client turns a dict request into.
+DATAFLOW_REQUESTS = {"get_job": dataflow_v1beta3.GetJobRequest, "update_job": dataflow_v1beta3.UpdateJobRequest,
+                     "list_job_messages": dataflow_v1beta3.ListJobMessagesRequest}
+VERTEX_REQUESTS = {"create_custom_job": aiplatform_v1.CreateCustomJobRequest,
+                   "get_custom_job": aiplatform_v1.GetCustomJobRequest,
+                   "cancel_custom_job": aiplatform_v1.CancelCustomJobRequest}
+CLOUD_BUILD_REQUESTS = {"create_build": cloudbuild_v1.CreateBuildRequest, "get_build": cloudbuild_v1.GetBuildRequest,
+                        "cancel_build": cloudbuild_v1.CancelBuildRequest}
+
+
+class TypedClient:
+    """A fake in place of the GAPIC client a provider hook makes, so that the hook's own code runs.
+
+    A dict request becomes the API's request type, as the real client does; anything else (a wrong type)
+    reaches the fake, which refuses it. Unknown attributes (path helpers such as ``custom_job_path``) come from
+    the real client class, and a method the fake does not answer fails the test."""
+
+    def __init__(self, fake: Any, requests: dict[str, type], real_class: type):
+        self._fake, self._requests, self._real_class = fake, requests, real_class
+
+    def _typed(self, method: str, request: Any) -> Any:
+        request_type = self._requests[method]
+        return request_type(request) if isinstance(request, dict) else request
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._requests:
+            return getattr(self._real_class, name)
+
+        def call(request=None, **_options):
+            return getattr(self._fake, name)(self._typed(name, request))
+
+        return call
+
+
+class AsyncTypedClient(TypedClient):
+    """The async twin of TypedClient, for the provider's async hooks in triggers (pagers become async pagers)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._requests:
+            return getattr(self._real_class, name)
+
+        async def call(request=None, **_options):
+            answer = getattr(self._fake, name)(self._typed(name, request))
+            if isinstance(answer, pagers.ListJobMessagesPager):
+                async def no_next_page(request, **kwargs):
+                    raise AssertionError("one page only: the response has no next_page_token")
+
+                return pagers.ListJobMessagesAsyncPager(method=no_next_page, request=answer._request,
+                                                        response=answer._response)
+            return answer
+
+        return call
+
+
 class FakeGoogleCloud:
-    """Stands in for gpuflow.platform.gcp_clients.GcpClients: the same methods, answering with the fakes."""
+    """Google Cloud's control planes, installed at the client boundary.
+
+    It stands in for gpuflow.platform.gcp_clients.GcpClients (the clients gpuflow makes itself), and sits under
+    the provider's hooks that gpuflow calls (CustomJobHook, CloudBuildHook, AsyncDataflowHook, CustomJobAsyncHook,
+    CloudBuildAsyncHook), in place of the GAPIC clients they make, so the hooks' and triggers' own code runs."""
 
     def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
                  projects=None, accelerator_types=None):
@@ -461,7 +521,28 @@ class FakeGoogleCloud:
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
 
     def install(self, monkeypatch) -> FakeGoogleCloud:
+        from airflow.providers.google.cloud.hooks import cloud_build
+        from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
+        from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobAsyncHook, CustomJobHook
+        from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobServiceClient
+
+        cloud = self
         monkeypatch.setattr("gpuflow.platform.gcp_service.GcpClients", lambda conn_id: self)
+        monkeypatch.setattr(CustomJobHook, "get_job_service_client",
+                            lambda hook, region=None: TypedClient(cloud.vertex, VERTEX_REQUESTS, JobServiceClient))
+
+        async def vertex_async(hook, region=None):
+            return AsyncTypedClient(cloud.vertex, VERTEX_REQUESTS, JobServiceAsyncClient)
+
+        async def dataflow_async(hook, client_class):
+            return AsyncTypedClient(cloud.dataflow, DATAFLOW_REQUESTS, client_class)
+
+        monkeypatch.setattr(CustomJobAsyncHook, "get_job_service_client", vertex_async)
+        monkeypatch.setattr(AsyncDataflowHook, "initialize_client", dataflow_async)
+        monkeypatch.setattr(cloud_build.CloudBuildHook, "get_conn", lambda hook, location="global": TypedClient(
+            cloud.build, CLOUD_BUILD_REQUESTS, cloudbuild_v1.CloudBuildClient))
+        monkeypatch.setattr(cloud_build, "CloudBuildAsyncClient", lambda **kwargs: AsyncTypedClient(
+            cloud.build, CLOUD_BUILD_REQUESTS, cloudbuild_v1.CloudBuildAsyncClient))
         return self
 
     def credentials_for_subprocess(self):
@@ -473,12 +554,6 @@ class FakeGoogleCloud:
         return self.dataflow
 
     dataflow_messages = dataflow_templates = dataflow_flex_templates = dataflow_jobs
-
-    def vertex_jobs(self, region):
-        return self.vertex
-
-    def cloud_build(self, region):
-        return self.build
 
     def artifact_registry(self):
         return self.registry

@@ -30,3 +30,22 @@ def mixed_length_prompts(tokenizer, count: int, max_tokens: int = 300, seed: int
 
 #: The project id the gcp-profile tests use on the emulators.
 GCP_TEST_PROJECT = "gpuflow-gcp-test"
+
+
+def first_event(trigger) -> dict:
+    """What the triggerer hands a deferred task: the trigger's first event, after a serialize round trip (the
+    triggerer rebuilds each trigger from its classpath and kwargs)."""
+    import asyncio
+    import importlib
+
+    classpath, kwargs = trigger.serialize()
+    module, _, name = classpath.rpartition(".")
+    revived = getattr(importlib.import_module(module), name)(**kwargs)
+    assert revived.serialize() == (classpath, kwargs)
+
+    async def run():
+        async for event in revived.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(run())

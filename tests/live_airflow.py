@@ -1,5 +1,6 @@
 """Airflow 3's own processes on a temporary Airflow home and loopback ports, for tests that use Airflow as a
-person does: the api-server (REST API and UI), the scheduler (LocalExecutor) and the dag-processor.
+person does: the api-server (REST API and UI), the scheduler (LocalExecutor), the dag-processor and the triggerer
+(where deferred tasks wait).
 
 Every process is started in its own session and stopped by its pid (the whole group), so nothing is left.
 """
@@ -66,7 +67,11 @@ class LiveAirflow:
         (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password}))
         env = self.env()
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
-        for name in ("api-server", "scheduler", "dag-processor"):
+        # The pool of the tasks that start GPU jobs, as the README tells a person to create it.
+        subprocess.run([sys.executable, "-m", "airflow", "pools", "set", "gpuflow_gpu", "1",
+                        "gpuflow: GPU jobs start one at a time", "--include-deferred"], env=env, check=True,
+                       capture_output=True)
+        for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
             self.processes[name] = subprocess.Popen([sys.executable, "-m", "airflow", name], env=env, stdout=log,
                                                     stderr=subprocess.STDOUT, start_new_session=True)
@@ -129,11 +134,17 @@ class LiveAirflow:
             time.sleep(1)
         raise TimeoutError(f"no new run of {dag_id} appeared within {timeout_s}s")
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float) -> dict:
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float,
+                     states_seen: dict[str, set[str]] | None = None) -> dict:
+        """The finished run; ``states_seen`` collects every state each task was seen in while it ran."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             run = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json()
             if run["state"] in ("success", "failed"):
                 return run
-            time.sleep(3)
+            if states_seen is not None:
+                listing = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
+                for ti in listing["task_instances"]:
+                    states_seen.setdefault(ti["task_id"], set()).add(ti["state"])
+            time.sleep(1 if states_seen is not None else 3)
         raise TimeoutError(f"run {run_id} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")

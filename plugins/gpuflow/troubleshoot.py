@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from gpuflow.config import GpuflowConfig
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -108,34 +105,49 @@ class FallbacksExhausted(RuntimeError):
     pass
 
 
-def run_with_fallbacks(config: GpuflowConfig, attempt: Callable[[GpuflowConfig], T]) -> T:
-    """Run ``attempt`` with the configuration, then with each fallback while the zone pool is exhausted.
+@dataclass(frozen=True)
+class Placement:
+    """One place to start the GPU workers: the configuration itself (number 1) or one of its fallbacks."""
 
-    Every fallback is re-checked by preflight's configuration rules first; one with errors is skipped.
-    """
+    number: int
+    total: int
+    config: GpuflowConfig
+
+    @property
+    def label(self) -> str:
+        gpu = self.config.gpu
+        return f"attempt {self.number}/{self.total}: {gpu.count} x {gpu.type} on {gpu.machine_type} in {self.config.region}"
+
+
+def next_placement(config: GpuflowConfig, after: int, failures: list[str]) -> Placement:
+    """The first placement after number ``after`` (0: start with the configuration itself) that preflight accepts.
+
+    Every fallback is re-checked by preflight's configuration rules first; one with errors is skipped and noted in
+    ``failures``. When none is left, FallbacksExhausted says what each attempt met."""
     from gpuflow.preflight import format_findings, has_errors, run_preflight
 
     candidates = [config, *fallback_configs(config)]
-    failures: list[str] = []
-    for number, candidate in enumerate(candidates, start=1):
-        label = f"attempt {number}/{len(candidates)}: {candidate.gpu.count} x {candidate.gpu.type} on " \
-                f"{candidate.gpu.machine_type} in {candidate.region}"
+    for number in range(after + 1, len(candidates) + 1):
+        placement = Placement(number, len(candidates), candidates[number - 1])
         if number > 1:
-            findings = run_preflight(candidate, check_environment=False)
+            findings = run_preflight(placement.config, check_environment=False)
             if has_errors(findings):
-                log.warning("%s skipped, preflight refuses it:\n%s", label, format_findings(findings))
-                failures.append(f"{label}: refused by preflight")
+                log.warning("%s skipped, preflight refuses it:\n%s", placement.label, format_findings(findings))
+                failures.append(f"{placement.label}: refused by preflight")
                 continue
-        log.info("%s", label)
-        try:
-            return attempt(candidate)
-        except Exception as error:
-            diagnosis = classify(str(error))
-            if diagnosis is None or not diagnosis.try_fallback:
-                raise
-            log.warning("%s failed with %s: %s", label, diagnosis.code, diagnosis.cause)
-            failures.append(f"{label}: {diagnosis.code}")
+        log.info("%s", placement.label)
+        return placement
     raise FallbacksExhausted(
         "no configuration could get GPUs: " + "; ".join(failures)
         + ". Fix: add gpu.fallbacks (other regions or GPU types) or try again later."
     )
+
+
+def worth_a_fallback(placement: Placement, error_text: str, failures: list[str]) -> bool:
+    """True when the failure is one another placement can fix (an exhausted zone); it is noted in ``failures``."""
+    diagnosis = classify(error_text)
+    if diagnosis is None or not diagnosis.try_fallback:
+        return False
+    log.warning("%s failed with %s: %s", placement.label, diagnosis.code, diagnosis.cause)
+    failures.append(f"{placement.label}: {diagnosis.code}")
+    return True

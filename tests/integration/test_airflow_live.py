@@ -1,5 +1,6 @@
 """llm_streaming_inference triggered the way a person does: through Airflow 3's REST API, run by the real
-scheduler (LocalExecutor) from DAGs parsed by the real dag-processor, on the local profile's emulators."""
+scheduler (LocalExecutor) from DAGs parsed by the real dag-processor, with the real triggerer holding the deferred
+waits, on the local profile's emulators."""
 
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def local_conf(local_config):
             "smoke_test__num_prompts": 4}
 
 
-def test_a_run_triggered_through_the_rest_api_answers_prompts(airflow_live, local_config):
+def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jobs_start(airflow_live, local_config):
     dag = airflow_live.wait_for_dag(DAG_ID)
     assert dag["dag_id"] == DAG_ID
     answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",
@@ -36,11 +37,18 @@ def test_a_run_triggered_through_the_rest_api_answers_prompts(airflow_live, loca
     assert answer.status_code == 200, answer.text
     run_id = answer.json()["dag_run_id"]
 
-    run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=900)
+    seen: dict[str, set[str]] = {}
+    run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=900, states_seen=seen)
     states = {ti["task_id"]: ti["state"] for ti in
               airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]}
     assert run["state"] == "success", (states, airflow_live.log_tail("scheduler"))
     assert set(states.values()) == {"success"}
+    # While the pipeline process loaded its model, the launch task gave its worker slot back: the triggerer
+    # waited on it (LocalProcessTrigger), and the task resumed when the pipeline ran.
+    assert "deferred" in seen.get("launch", set()), seen
+    launch_log = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch/logs/1",
+                                  params={"full_content": True}).text
+    assert "deferring until local-process" in launch_log and "the pipeline is running" in launch_log, launch_log[-2000:]
 
     xcom = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
                                    "return_value", params={"deserialize": True}).json()

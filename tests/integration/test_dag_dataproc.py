@@ -1,5 +1,6 @@
 """dataproc_gpu_batch with the real Airflow: local Spark for real; Dataproc faked at its client boundary."""
 
+import asyncio
 from types import SimpleNamespace
 
 import pytest
@@ -66,7 +67,7 @@ class FakeBatchController:
 @pytest.fixture
 def gcp_dataproc(emulators, monkeypatch):
     """The Dataproc client faked; GCS (staging, driver output) is the real emulator."""
-    from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
+    from airflow.providers.google.cloud.hooks.dataproc import DataprocAsyncHook, DataprocHook
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
     gcs = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
@@ -79,6 +80,11 @@ def gcp_dataproc(emulators, monkeypatch):
     def install(final_state, message=""):
         fake = FakeBatchController(final_state, message, f"gs://{BUCKET}/driveroutput/out")
         monkeypatch.setattr(DataprocHook, "get_batch_client", lambda self, region=None: fake)
+
+        async def batch_client(hook, region=None):  # the trigger's async hook reads the same fake
+            return SimpleNamespace(get_batch=lambda **kwargs: asyncio.sleep(0, fake.get_batch(**kwargs)))
+
+        monkeypatch.setattr(DataprocAsyncHook, "get_batch_client", batch_client)
         return fake
 
     return install

@@ -87,13 +87,14 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
     run = dag.test(run_conf=CONF)
     assert run.state == DagRunState.SUCCESS, task_states(run)
     assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
+    assert {ti.task_id: ti.try_number for ti in run.get_task_instances() if ti.try_number != 1} == {}  # no retry
     prefix = run_prefix(DAG_ID, run.run_id)
 
     # Preflight asked Compute Engine which zones offer the GPU; the quota of the run's region and the
-    # project-wide GPU quota were read before anything was created.
+    # project-wide GPU quota were read before anything was created, and again right before the launch.
     assert [(r.project, r.filter) for r in cloud.accelerator_types.requests] == [(PROJECT, 'name = "nvidia-l4"')]
-    assert [(r.project, r.region) for r in cloud.regions.requests] == [(PROJECT, "us-central1")]
-    assert [r.project for r in cloud.projects.requests] == [PROJECT]
+    assert [(r.project, r.region) for r in cloud.regions.requests] == [(PROJECT, "us-central1")] * 2
+    assert [r.project for r in cloud.projects.requests] == [PROJECT] * 2
     # Vertex AI: one custom job on the guide's machine for flan-t5-small, polled to SUCCEEDED.
     (create,) = [r for n, r in cloud.vertex.requests if n == "create_custom_job"]
     (pool,) = create.custom_job.job_spec.worker_pool_specs
@@ -122,6 +123,7 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
     cancels = cloud.dataflow.calls("update_job")
     assert [(r.job_id, dataflow_v1beta3.JobState(r.job.requested_state).name) for r in cancels] == [
         (handle["id"], "JOB_STATE_CANCELLED")]
+    assert ti["cleanup"].xcom_pull(task_ids="cleanup")["stopped_jobs"] == [handle["id"]]  # deferred until stopped
     assert leftovers(run) == NOTHING_LEFT
 
 
@@ -152,6 +154,28 @@ def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(dag, cloud
     assert [location for location, _ in stopped] == ["us-central1", "us-east4"]
     handle = {t.task_id: t for t in run.get_task_instances()}["launch"].xcom_pull(task_ids="launch")
     assert handle["location"] == "us-east4"
+
+
+def test_quota_taken_by_another_run_after_the_check_stops_the_launch(dag, cloud):
+    """Another run's workers took the region's L4s between check_quota and launch: the launch's own check refuses."""
+    regions = cloud.regions
+
+    class TakenAfterTheCheck:
+        requests = regions.requests
+
+        def get(self, request):
+            if len(regions.requests) == 1:  # the first read is check_quota's; then another run takes 6 of 8
+                regions.quotas_by_region["us-central1"] = [("NVIDIA_L4_GPUS", 8, 6)]
+            return regions.get(request)
+
+    cloud.regions = TakenAfterTheCheck()
+    run = dag.test(run_conf={**CONF, "worker__max_num_workers": 4})
+    states = task_states(run)
+    assert (states["check_quota"], states["launch"], states["cleanup"]) == (
+        TaskInstanceState.SUCCESS, TaskInstanceState.FAILED, TaskInstanceState.SUCCESS)
+    assert [r.launch_parameters.job_name for r in cloud.dataflow.calls("launch_template")] == [
+        f"{run_prefix(DAG_ID, run.run_id)}-gpu-check-us-central1-l4"]  # the streaming job never started
+    assert leftovers(run) == NOTHING_LEFT
 
 
 def test_too_little_quota_fails_before_anything_is_created(dag, cloud):

@@ -6,11 +6,12 @@ import pytest
 
 from gpuflow.naming import resource_names
 from gpuflow.platform.local import LocalPlatform
-from gpuflow.steps.cleanup import cleanup
-from gpuflow.steps.launch import launch
+from gpuflow.steps.cleanup import delete_run_resources, request_stops
+from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.resources import create_resources, list_run_resources
 from gpuflow.steps.smoke import pull_all
-from tests.helpers import mixed_length_prompts
+from gpuflow.triggers import job_trigger
+from tests.helpers import first_event, mixed_length_prompts
 
 MAX_NEW_TOKENS = 8
 
@@ -24,8 +25,16 @@ def streaming_run(local_config, emulators, demo_model_dir, request):
     create_resources(config, names, platform.conn_id)
     platform.export_model(str(demo_model_dir), names)
     yield config, names, platform
-    cleanup(config, names, platform, None)
+    delete_run_resources(config, names, platform, [h.id for h in request_stops(names, platform, None)])
     assert list_run_resources(config, names, platform.conn_id) == {"topics": [], "subscriptions": [], "buckets": []}
+
+
+def launch(config, names, platform):
+    """As the launch task does: start the pipeline, then wait on the trigger it defers to."""
+    handle = platform.launch_pipeline(pipeline_argv(config, names), names, "")
+    event = first_event(job_trigger(config, handle, "running", platform.job_timeout_s("running")))
+    assert event["status"] == "reached", event
+    return handle
 
 
 def collect(config, names, platform, expected_ids, timeout_s=300):

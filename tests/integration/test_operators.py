@@ -1,12 +1,15 @@
-"""The launch operator's on_kill stops the pipeline process it started."""
+"""The launch operator starts the pipeline, pushes its handle and defers; its on_kill stops the process."""
 
 import time
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
 
 from gpuflow.emulators import process_alive
 from gpuflow.naming import resource_names
 from gpuflow.operators.streaming import LaunchPipelineOperator
 from gpuflow.platform.local import LocalPlatform
-from gpuflow.steps.cleanup import cleanup
+from gpuflow.steps.cleanup import delete_run_resources, request_stops
 from gpuflow.steps.resources import create_resources
 
 
@@ -26,9 +29,13 @@ def test_on_kill_stops_the_pipeline_process(local_config, emulators):
     with platform.environment():
         create_resources(local_config, names, platform.conn_id)
         try:
-            handle = operator.run_step(local_config, names, platform, {"ti": ti})
+            with pytest.raises(TaskDeferred) as deferred:
+                operator.run_step(local_config, names, platform, {"ti": ti})
+            handle = ti.pushed["job_handle"]
             pid = int(handle["id"])
-            assert ti.pushed["job_handle"] == handle
+            trigger = deferred.value.trigger
+            assert (type(trigger).__name__, trigger.pid, trigger.until) == ("LocalProcessTrigger", pid, "running")
+            assert deferred.value.method_name == "resume" and ti.pushed["gpuflow_resume"]["handle"] == handle
             assert process_alive(pid)
             operator.on_kill()
             deadline = time.monotonic() + 15
@@ -36,7 +43,7 @@ def test_on_kill_stops_the_pipeline_process(local_config, emulators):
                 time.sleep(0.2)
             assert not process_alive(pid)
         finally:
-            cleanup(local_config, names, platform, None)
+            cleanup(local_config, names, platform)
 
 
 def test_setup_is_idempotent_a_rerun_with_the_same_names_succeeds(local_config, emulators):
@@ -51,4 +58,8 @@ def test_setup_is_idempotent_a_rerun_with_the_same_names_succeeds(local_config, 
             assert first["bucket_created"] is True and second["bucket_created"] is False
             assert sorted(list_run_resources(local_config, names, platform.conn_id)["topics"]) == sorted(names.topics)
         finally:
-            cleanup(local_config, names, platform, None)
+            cleanup(local_config, names, platform)
+
+
+def cleanup(config, names, platform):
+    delete_run_resources(config, names, platform, [h.id for h in request_stops(names, platform, None)])

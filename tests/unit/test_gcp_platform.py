@@ -10,22 +10,16 @@ from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
 from gpuflow.platform.dataflow_options import job_name_for
 from gpuflow.platform.gcp import GcpPlatform
-from gpuflow.platform.gcp_dataflow import DataflowJobFailed
-from gpuflow.steps.gpu import NoGpuOnWorkers, verify_gpu
+from gpuflow.steps.gpu import NoGpuOnWorkers, judge_gpu_report
 from gpuflow.steps.quota import QuotaTooLow, check_quota
 from tests.gcp_fakes import (
     BATCH_SUCCEEDS,
-    EXHAUSTED,
     L4_WORKER_REPORT,
-    LAUNCH_FAILS,
     STREAMING_STARTS,
-    STREAMING_STARTS_BY_AUTOSCALING,
-    ZONE_EXHAUSTED,
     FakeDataflow,
     FakeGoogleCloud,
     FakeJob,
     FakeRegionsClient,
-    Importance,
     JobState,
 )
 from tests.helpers import GCP_TEST_PROJECT
@@ -71,64 +65,7 @@ def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine,
     assert job.labels["gpuflow-run"] == "gf-0123456789"
 
 
-# -- Dataflow: waiting, failing, stopping, finding -------------------------------------------------------------
-
-
-def test_a_streaming_job_is_running_once_its_workers_have_started():
-    fake = FakeGoogleCloud()
-    platform = platform_with(fake)
-    handle = running_job(fake, STREAMING_STARTS)
-    platform.wait_until_running(handle)
-    polled = fake.dataflow.calls("get_job")
-    assert len(polled) == len(STREAMING_STARTS)  # RUNNING alone was not enough: it waited for the workers
-    assert all(isinstance(r, dataflow_v1beta3.GetJobRequest) and r.job_id == handle.id for r in polled)
-    assert polled[0].project_id == GCP_TEST_PROJECT and polled[0].location == "us-central1"
-
-
-def test_start_messages_are_read_at_detailed_importance():
-    """Dataflow may write "Workers have started successfully." at DETAILED: asking for BASIC would miss it."""
-    fake = FakeGoogleCloud()
-    handle = running_job(fake, STREAMING_STARTS)
-    platform_with(fake, "dataflow.start_timeout_s=2").wait_until_running(handle)
-    requests = fake.dataflow.calls("list_job_messages")
-    assert requests and all(Importance(r.minimum_importance) == Importance.JOB_MESSAGE_DETAILED for r in requests)
-
-
-def test_workers_seen_only_in_autoscaling_events_count_as_started():
-    fake = FakeGoogleCloud()
-    handle = running_job(fake, STREAMING_STARTS_BY_AUTOSCALING)
-    platform_with(fake, "dataflow.start_timeout_s=2").wait_until_running(handle)
-    assert len(fake.dataflow.calls("get_job")) == len(STREAMING_STARTS_BY_AUTOSCALING)  # 0 workers was not enough
-
-
-def test_a_worker_pool_message_that_is_no_dataflow_wording_does_not_count():
-    fake = FakeGoogleCloud()
-    handle = running_job(fake, [(JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC, "Worker pool started.")])])
-    with pytest.raises(DataflowJobFailed, match="no worker activity has been seen"):
-        platform_with(fake, "dataflow.start_timeout_s=0.05").wait_until_running(handle)
-
-
-def test_a_failed_job_raises_with_dataflows_message_and_the_fix():
-    fake = FakeGoogleCloud()
-    handle = running_job(fake, LAUNCH_FAILS)
-    with pytest.raises(DataflowJobFailed, match="JOB_STATE_FAILED.*unknown opcode.*different Python minor versions"):
-        platform_with(fake).wait_until_running(handle)
-
-
-def test_an_exhausted_zone_ends_the_wait_at_once_even_while_the_job_says_running():
-    fake = FakeGoogleCloud()
-    handle = running_job(fake, ZONE_EXHAUSTED)
-    with pytest.raises(DataflowJobFailed, match="ZONE_RESOURCE_POOL_EXHAUSTED") as raised:
-        platform_with(fake).wait_until_running(handle)
-    assert "gpu.fallbacks" in str(raised.value)
-    assert EXHAUSTED in str(raised.value)
-
-
-def test_workers_that_never_start_time_out_with_the_guides_advice():
-    fake = FakeGoogleCloud()
-    handle = running_job(fake, [(JobState.JOB_STATE_RUNNING, [])])
-    with pytest.raises(DataflowJobFailed, match="no worker activity has been seen.*disk_size_gb"):
-        platform_with(fake, "dataflow.start_timeout_s=0.05").wait_until_running(handle)
+# -- Dataflow: stopping, finding (waiting: tests/unit/test_triggers.py) ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(("action", "script", "requested"), [
@@ -192,17 +129,12 @@ def test_quota_must_cover_count_times_max_workers():
                                                ({**L4_WORKER_REPORT, "gpu_found": False, "errors": [
                                                    "PyTorch failed to detect GPUs with your setup"]}, True)])
 def test_on_google_cloud_workers_without_a_gpu_fail_the_check(report, fails):
-    class ReportingPlatform:
-        def run_gpu_check(self, names, image):
-            return report
-
     config = gcp_config("require_gpu=false")
-    names = resource_names(config, "gf-0123456789")
     if fails:
         with pytest.raises(NoGpuOnWorkers, match="PyTorch failed to detect GPUs"):
-            verify_gpu(config, names, ReportingPlatform(), "img")
+            judge_gpu_report(config, report)
     else:
-        assert verify_gpu(config, names, ReportingPlatform(), "img")["gpu_found"] is True
+        assert judge_gpu_report(config, report)["gpu_found"] is True
 
 
 # -- Cloud Build ---------------------------------------------------------------------------------------------
@@ -234,10 +166,11 @@ def test_the_cloud_build_request():
 # -- on_kill ---------------------------------------------------------------------------------------------------
 
 
-def test_on_kill_cancels_the_vertex_job_and_the_build():
+def test_on_kill_cancels_the_vertex_job_and_the_build(monkeypatch, gcp_connection):
+    """Through the provider's CustomJobHook and CloudBuildHook (the fakes sit under them)."""
     from gpuflow.operators.streaming import BuildContainerOperator, ExportModelOperator
 
-    fake = FakeGoogleCloud()
+    fake = FakeGoogleCloud().install(monkeypatch)
     platform = platform_with(fake)
     export = ExportModelOperator(task_id="export_model")
     export._platform, export._remote_job = platform, f"projects/{GCP_TEST_PROJECT}/locations/us-central1/customJobs/7"
@@ -246,7 +179,8 @@ def test_on_kill_cancels_the_vertex_job_and_the_build():
     build._platform, build._build_id = platform, "b7e1c0de"
     build.on_kill()
     ((_, cancel_job),) = [r for r in fake.vertex.requests if r[0] == "cancel_custom_job"]
-    assert isinstance(cancel_job, aiplatform_v1.CancelCustomJobRequest) and cancel_job.name.endswith("/customJobs/7")
+    assert isinstance(cancel_job, aiplatform_v1.CancelCustomJobRequest)
+    assert cancel_job.name == f"projects/{GCP_TEST_PROJECT}/locations/us-central1/customJobs/7"
     ((_, cancel_build),) = [r for r in fake.build.requests if r[0] == "cancel_build"]
     assert isinstance(cancel_build, cloudbuild_v1.CancelBuildRequest)
     assert (cancel_build.id, cancel_build.project_id) == ("b7e1c0de", GCP_TEST_PROJECT)

@@ -1,6 +1,5 @@
-"""The launch step retries on exhausted zones with the configured fallbacks, and only then."""
-
-import pytest
+"""The launch step moves on to the next placement on an exhausted zone, and only then; the job that did not start
+is stopped either way."""
 
 from gpuflow.config import load_config
 from gpuflow.naming import resource_names
@@ -13,41 +12,41 @@ EXHAUSTED = ("Startup of the worker pool in zone us-central1-a failed to bring u
 
 
 class RecordingPlatform:
-    """A platform boundary that fails the way Dataflow reports a stock-out, a given number of times."""
+    """The platform boundary: records what was started and stopped, by region."""
 
-    def __init__(self, config, failures):
-        self.config, self.failures, self.launched, self.stopped = config, failures, [], []
+    log: list[tuple[str, str]] = []
+
+    def __init__(self, config):
+        self.config = config
 
     def launch_pipeline(self, argv, names, image):
-        self.launched.append(self.config.region)
-        return JobHandle(kind="dataflow", id=f"job-{len(self.launched)}", name=names.job_name, location=self.config.region)
-
-    def wait_until_running(self, handle):
-        if self.failures:
-            self.failures -= 1
-            raise RuntimeError(EXHAUSTED)
+        self.log.append(("launch", self.config.region))
+        return JobHandle(kind="dataflow", id=f"job-{len(self.log)}", name=names.job_name, location=self.config.region)
 
     def stop_pipeline(self, handle):
-        self.stopped.append(handle.id)
+        self.log.append(("stop", handle.location))
         return True
 
 
 def test_an_exhausted_zone_moves_on_to_the_next_fallback(monkeypatch):
+    monkeypatch.setattr("gpuflow.platform.get_platform", RecordingPlatform)
+    RecordingPlatform.log = []
     config = load_config(None, overrides=["gpu.fallbacks=[{region: us-east4}]"])
-    first = RecordingPlatform(config, failures=1)
-    fallbacks = []
-    monkeypatch.setattr("gpuflow.platform.get_platform", lambda c: fallbacks.append(RecordingPlatform(c, 0)) or fallbacks[-1])
-    pushed = []
-    handle = launch_step.launch(config, resource_names(config, "gf-x"), first, on_handle=pushed.append)
-    assert first.launched == ["us-central1"] and first.stopped == ["job-1"]
-    assert [p.config.region for p in fallbacks] == ["us-east4"] and handle.location == "us-east4"
-    assert [h.id for h in pushed] == ["job-1", "job-1"]  # each attempt's handle reached XCom at once
+    names = resource_names(config, "gf-x")
+    failures: list[str] = []
+    first, handle = launch_step.start_next_placement(config, names, "img", 0, failures)
+    assert (first.number, handle.location) == (1, "us-central1")
+    assert launch_step.after_failed_start(config, first.number, handle, EXHAUSTED, failures) is True
+    second, handle = launch_step.start_next_placement(config, names, "img", first.number, failures)
+    assert (second.number, second.config.region, handle.location) == (2, "us-east4", "us-east4")
+    assert RecordingPlatform.log == [("launch", "us-central1"), ("stop", "us-central1"), ("launch", "us-east4")]
+    assert failures == ["attempt 1/2: 1 x nvidia-l4 on g2-standard-4 in us-central1: ZONE_RESOURCE_POOL_EXHAUSTED"]
 
 
-def test_other_failures_are_not_retried(monkeypatch):
+def test_other_failures_are_not_retried_but_their_job_is_stopped(monkeypatch):
+    monkeypatch.setattr("gpuflow.platform.get_platform", RecordingPlatform)
+    RecordingPlatform.log = []
     config = load_config(None, overrides=["gpu.fallbacks=[{region: us-east4}]"])
-    platform = RecordingPlatform(config, failures=0)
-    platform.wait_until_running = lambda handle: (_ for _ in ()).throw(RuntimeError("SystemError: unknown opcode"))
-    with pytest.raises(RuntimeError, match="unknown opcode"):
-        launch_step.launch(config, resource_names(config, "gf-x"), platform)
-    assert platform.stopped == ["job-1"]
+    placement, handle = launch_step.start_next_placement(config, resource_names(config, "gf-x"), "img", 0, [])
+    assert launch_step.after_failed_start(config, placement.number, handle, "SystemError: unknown opcode", []) is False
+    assert RecordingPlatform.log == [("launch", "us-central1"), ("stop", "us-central1")]

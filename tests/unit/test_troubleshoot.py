@@ -3,7 +3,7 @@
 import pytest
 
 from gpuflow.config import load_config
-from gpuflow.troubleshoot import FallbacksExhausted, classify, run_with_fallbacks
+from gpuflow.troubleshoot import FallbacksExhausted, classify, next_placement, worth_a_fallback
 
 REAL_ERRORS = {
     "ZONE_RESOURCE_POOL_EXHAUSTED": (
@@ -84,33 +84,36 @@ def config_with_fallbacks():
     ])
 
 
-def test_fallbacks_are_tried_in_order_each_rechecked_by_preflight(caplog):
-    attempts = []
+def place(config, error_in):
+    """The launch task's loop over placements: ``error_in`` answers each placement's start (None: it started)."""
+    failures, after, attempts = [], 0, []
+    while True:
+        placement = next_placement(config, after, failures)
+        attempts.append((placement.config.region, placement.config.gpu.type))
+        error = error_in(placement.config)
+        if error is None:
+            return attempts
+        if not worth_a_fallback(placement, error, failures):
+            raise RuntimeError(error)
+        after = placement.number
 
-    def attempt(config):
-        attempts.append((config.region, config.gpu.type))
-        if len(attempts) == 1:
-            raise RuntimeError(REAL_ERRORS["ZONE_RESOURCE_POOL_EXHAUSTED"])
-        return f"launched in {config.region}"
+
+def test_fallbacks_are_tried_in_order_each_rechecked_by_preflight(caplog):
+    def error_in(config):
+        return REAL_ERRORS["ZONE_RESOURCE_POOL_EXHAUSTED"] if config.region == "us-central1" else None
 
     with caplog.at_level("INFO"):
-        assert run_with_fallbacks(config_with_fallbacks(), attempt) == "launched in us-east4"
+        attempts = place(config_with_fallbacks(), error_in)
     # southamerica-east1 offers no L4: preflight refuses it, so it is never attempted.
     assert attempts == [("us-central1", "nvidia-l4"), ("us-east4", "nvidia-l4")]
     assert "attempt 2/4" in caplog.text and "refuses it" in caplog.text and "attempt 3/4" in caplog.text
 
 
 def test_other_errors_are_not_retried_elsewhere():
-    def attempt(config):
-        raise RuntimeError(REAL_ERRORS["QUOTA_EXCEEDED"])
-
     with pytest.raises(RuntimeError, match="QUOTA_EXCEEDED"):
-        run_with_fallbacks(config_with_fallbacks(), attempt)
+        place(config_with_fallbacks(), lambda config: REAL_ERRORS["QUOTA_EXCEEDED"])
 
 
 def test_all_fallbacks_exhausted_says_so():
-    def attempt(config):
-        raise RuntimeError(REAL_ERRORS["ZONE_RESOURCE_POOL_EXHAUSTED"])
-
-    with pytest.raises(FallbacksExhausted, match="attempt 4/4: 1 x nvidia-tesla-t4"):
-        run_with_fallbacks(config_with_fallbacks(), attempt)
+    with pytest.raises(FallbacksExhausted, match="2/4: .* refused by preflight.*attempt 4/4: 1 x nvidia-tesla-t4"):
+        place(config_with_fallbacks(), lambda config: REAL_ERRORS["ZONE_RESOURCE_POOL_EXHAUSTED"])

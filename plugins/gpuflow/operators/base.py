@@ -17,6 +17,12 @@ from gpuflow.trigger_form import run_settings
 
 log = logging.getLogger(__name__)
 
+#: The Airflow pool of the tasks that start GPU jobs (the GPU check, the launch, the Dataproc batch). With one slot
+#: and deferred tasks counted, they start one at a time, and each re-checks the quota right before it starts, so
+#: two runs cannot both pass the quota check and then exceed it. Create it once per Airflow (README):
+#: ``airflow pools set gpuflow_gpu 1 "gpuflow: GPU jobs start one at a time" --include-deferred``.
+GPU_POOL = "gpuflow_gpu"
+
 
 def config_from_params(context: Any):
     """The run's configuration: its config file, then its Params. A bad one fails the task without retries."""
@@ -57,8 +63,20 @@ def names_for(context: Any, config):
     return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
 
 
+#: The XCom that carries a deferred step's state (its job handle and what ``defer_on`` was given) to ``resume``.
+RESUME_KEY = "gpuflow_resume"
+
+
+def event_succeeded(event: dict[str, Any] | None) -> bool:
+    """A trigger's event says its job got where the task waited for (gpuflow's triggers and the provider's)."""
+    return bool(event) and event.get("status") in ("reached", "success")
+
+
 class GpuflowStepOperator(BaseOperator):
-    """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment."""
+    """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment.
+
+    A step that starts a job defers (``defer_on``) and goes on in ``resume_step`` when the trigger fires, so that no
+    worker slot is held while Google (or the local pipeline process) works."""
 
     template_fields = ("config_json", "image")
     ui_color = "#e8f4fd"
@@ -71,7 +89,7 @@ class GpuflowStepOperator(BaseOperator):
         self.image = image  # verify_gpu: build_container's result
         self.launch_task_id = launch_task_id  # cleanup: where the job handle was pushed
 
-    def execute(self, context: Any) -> Any:
+    def _in_platform(self, context: Any, step: Any, **kwargs: Any) -> Any:
         from gpuflow.config import config_from_json
         from gpuflow.platform import get_platform
 
@@ -79,7 +97,33 @@ class GpuflowStepOperator(BaseOperator):
         names = names_for(context, config)
         platform = get_platform(config)
         with platform.environment():
-            return self.run_step(config, names, platform, context)
+            return step(config, names, platform, context, **kwargs)
+
+    def execute(self, context: Any) -> Any:
+        return self._in_platform(context, self.run_step)
+
+    def resume(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        """Where a deferred step goes on: the trigger's event, and what ``defer_on`` carried over (in XCom: Airflow
+        keeps a task's XComs across a deferral, while ``dag.test`` drops the defer kwargs once an event arrives)."""
+        carried = context["ti"].xcom_pull(task_ids=self.task_id, key=RESUME_KEY) or {}
+        return self._in_platform(context, self.resume_step, event=event or {}, **{**carried, **kwargs})
+
+    def defer_on(self, context: Any, config, platform, handle, until: str, timeout_s: float | None = None,
+                 **carry: Any) -> None:
+        """Give the worker slot back until the job of ``handle`` reaches ``until``; ``resume_step`` gets ``carry``."""
+        from datetime import timedelta
+
+        from gpuflow.triggers import job_trigger
+
+        seconds = timeout_s if timeout_s is not None else platform.job_timeout_s(until)
+        log.info("deferring until %s %s is %s (up to %.0fs)", handle.kind, handle.name, until, seconds)
+        context["ti"].xcom_push(key=RESUME_KEY, value={"handle": handle.to_xcom(), **carry})
+        # The trigger ends its own wait with the reason; Airflow's timeout is only the backstop above it.
+        self.defer(trigger=job_trigger(config, handle, until, seconds), method_name="resume",
+                   timeout=timedelta(seconds=seconds + 300))
 
     def run_step(self, config, names, platform, context: Any) -> Any:
         raise NotImplementedError
+
+    def resume_step(self, config, names, platform, context: Any, event: dict[str, Any], **carry: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not defer")

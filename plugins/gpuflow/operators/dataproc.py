@@ -33,7 +33,8 @@ class DataprocPreflightOperator(BaseOperator):
 
 
 class DataprocBatchOperator(GpuflowStepOperator):
-    """Runs the batch (local Spark, or Dataproc Serverless); returns the job's result; ``on_kill`` cancels it."""
+    """Runs the batch: local Spark here, or Dataproc Serverless, created with the provider's DataprocHook and waited
+    for by its DataprocBatchTrigger (the task defers). ``on_kill``, and the trigger's while deferred, cancel it."""
 
     ui_color = "#d4edda"
     operator_extra_links = (DataprocBatchLink(),)
@@ -44,21 +45,33 @@ class DataprocBatchOperator(GpuflowStepOperator):
         from gpuflow.config import config_from_json
         from gpuflow.dataproc import batch_id_for
         from gpuflow.platform.console import dataproc_batch_url
-        from gpuflow.steps.dataproc_batch import BatchFailed, run_local_batch, submit_gcp_batch
+        from gpuflow.steps.dataproc_batch import create_gcp_batch, run_local_batch
+        from gpuflow.triggers.cancelling import CancellingDataprocBatchTrigger
 
         config = self._config = config_from_json(self.config_json)
         if config.profile == "local":
             return run_local_batch(config)
-        prefix = names_for(context, config).prefix
-        batch_url = dataproc_batch_url(config.project, config.region, batch_id_for(prefix))
-        context["ti"].xcom_push(key=DataprocBatchLink.source_key, value=batch_url)
-
-        def remember(operation) -> None:
-            self._operation_name = operation.operation.name
+        batch_id = batch_id_for(names_for(context, config).prefix)
+        context["ti"].xcom_push(key=DataprocBatchLink.source_key,
+                                value=dataproc_batch_url(config.project, config.region, batch_id))
+        self._operation_name = create_gcp_batch(config, batch_id, names_for(context, config).prefix)
+        if self._operation_name:
             context["ti"].xcom_push(key="operation", value=self._operation_name)
+        log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, config.dataproc.timeout_s)
+        self.defer(method_name="batch_ended", trigger=CancellingDataprocBatchTrigger(
+            batch_id=batch_id, project_id=config.project, region=config.region, gcp_conn_id=config.gcp_conn_id,
+            polling_interval_seconds=config.dataproc.poll_interval_s, timeout_s=config.dataproc.timeout_s))
 
+    def batch_ended(self, context: Any, event: dict[str, Any]) -> Any:
+        from gpuflow.config import config_from_json
+        from gpuflow.dataproc import batch_id_for
+        from gpuflow.steps.dataproc_batch import BatchFailed, finished_gcp_batch
+
+        config = config_from_json(self.config_json)
+        batch_id = event.get("batch_id") or batch_id_for(names_for(context, config).prefix)
+        state = event.get("batch_state") or event.get("status", "UNKNOWN")  # the timeout's event has no batch state
         try:
-            return submit_gcp_batch(config, batch_id_for(prefix), prefix, on_operation=remember)
+            return finished_gcp_batch(config, batch_id, state, event.get("batch_state_message") or event.get("message"))
         except BatchFailed as failure:
             raise AirflowFailException(str(failure)) from None  # the batch ended: a retry would find it ended
 

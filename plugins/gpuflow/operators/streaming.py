@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from gpuflow.operators.base import (
     GpuflowStepOperator,
     config_from_params,
+    event_succeeded,
     names_for,
     validated_config,
 )
 from gpuflow.operators.links import CloudBuildLink, DataflowJobLink, VertexAIJobLink
-
-if TYPE_CHECKING:  # gpuflow.platform is imported when a task runs, never when a DAG file is parsed
-    from gpuflow.platform import JobHandle
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +62,37 @@ class QuotaCheckOperator(GpuflowStepOperator):
 
 
 class ExportModelOperator(GpuflowStepOperator):
-    """Exports the bf16 state_dict (Vertex AI on gcp); ``on_kill`` cancels the Vertex AI job."""
+    """Exports the bf16 state_dict; on gcp the Vertex AI job is created, then the task defers until it ends.
+    ``on_kill`` (and the trigger's, while deferred) cancels the job."""
 
     operator_extra_links = (VertexAIJobLink(),)
     _platform = None
     _remote_job = None
 
     def run_step(self, config, names, platform, context):
+        from gpuflow.platform import JobHandle
         from gpuflow.steps.export import export_model
 
         self._platform = platform
+        result = export_model(config, names, platform)
+        job = result.pop("job", None)
+        if job:
+            handle = JobHandle.model_validate(job)
+            self._remote_job = handle.name
+            context["ti"].xcom_push(key=VertexAIJobLink.source_key, value=handle.url)
+            self.defer_on(context, config, platform, handle, "done", config.export.timeout_s, result=result)
+        return self._exported(config, context, result)
 
-        def remember(job: JobHandle) -> None:
-            self._remote_job = job.name
-            context["ti"].xcom_push(key=VertexAIJobLink.source_key, value=job.url)
+    def resume_step(self, config, names, platform, context, event, handle, result):
+        if not event_succeeded(event):
+            raise AirflowException(f"the export failed: {event.get('message')}. Fix: read the job's logs in the "
+                                   "Vertex AI console (the task's link); a larger export.machine_type helps when it "
+                                   "ran out of memory.")
+        log.info("%s", event.get("message"))
+        return self._exported(config, context, result)
 
-        result = export_model(config, names, platform, on_job=remember)
+    @staticmethod
+    def _exported(config, context, result):
         context["outlet_events"][STATE_DICT_ASSET].extra = {
             "state_dict_uri": result["state_dict_uri"], "model_dir_uri": result["model_dir_uri"],
             "model": result["model"], "kept": bool(config.export.model_dir),
@@ -93,22 +106,33 @@ class ExportModelOperator(GpuflowStepOperator):
 
 
 class BuildContainerOperator(GpuflowStepOperator):
-    """Renders and builds the worker image (Cloud Build on gcp); ``on_kill`` cancels the build."""
+    """Renders and builds the worker image; on gcp Cloud Build is started, then the task defers until it ends.
+    ``on_kill`` (and the trigger's, while deferred) cancels the build."""
 
     operator_extra_links = (CloudBuildLink(),)
     _platform = None
     _build_id = None
 
     def run_step(self, config, names, platform, context):
+        from gpuflow.platform import JobHandle
         from gpuflow.steps.container import build_container
 
         self._platform = platform
+        result = build_container(config, names, platform)
+        job = result.pop("job", None)
+        if job:
+            handle = JobHandle.model_validate(job)
+            self._build_id = handle.id
+            context["ti"].xcom_push(key=CloudBuildLink.source_key, value=handle.url)
+            self.defer_on(context, config, platform, handle, "done", config.container.build_timeout_s, result=result)
+        return result
 
-        def remember(build: JobHandle) -> None:
-            self._build_id = build.id
-            context["ti"].xcom_push(key=CloudBuildLink.source_key, value=build.url)
-
-        return build_container(config, names, platform, on_build=remember)
+    def resume_step(self, config, names, platform, context, event, handle, result):
+        if not event_succeeded(event):
+            raise AirflowException(f"Cloud Build {handle['id']} failed: {event.get('message')}. Fix: read its log "
+                                   "(the task's Cloud Build link).")
+        log.info("container image %s: built by Cloud Build %s", result["image"], handle["id"])
+        return {**result, "built": True, "detail": f"built by Cloud Build {handle['id']}"}
 
     def on_kill(self) -> None:
         if self._platform is not None and self._build_id:
@@ -122,17 +146,39 @@ def _image_of(build_result: Any) -> str:
 
 
 class VerifyGpuOperator(GpuflowStepOperator):
-    def run_step(self, config, names, platform, context):
-        from gpuflow.steps.gpu import NoGpuOnWorkers, verify_gpu
+    """Starts the GPU check job where the workers run, defers until it is done, then judges its report."""
 
+    _platform = None
+    _handle = None
+
+    def run_step(self, config, names, platform, context):
+        self._platform = platform
+        self._handle = platform.start_gpu_check(names, _image_of(self.image))
+        self.defer_on(context, config, platform, self._handle, "done")
+
+    def resume_step(self, config, names, platform, context, event, handle):
+        from gpuflow.platform import JobHandle
+        from gpuflow.steps.gpu import NoGpuOnWorkers, judge_gpu_report
+
+        handle = JobHandle.model_validate(handle)
+        if not event_succeeded(event):
+            platform.stop_pipeline(handle)
+            raise AirflowException(f"the GPU check did not finish: {event.get('message')}")
         try:
-            return verify_gpu(config, names, platform, _image_of(self.image))
+            return judge_gpu_report(config, platform.gpu_check_report(names, handle))
         except NoGpuOnWorkers as error:
             raise AirflowFailException(str(error)) from None
 
+    def on_kill(self) -> None:
+        if self._platform is not None and self._handle is not None:
+            self._platform.stop_pipeline(self._handle)
+
 
 class LaunchPipelineOperator(GpuflowStepOperator):
-    """Starts the streaming pipeline; pushes its job handle at once; ``on_kill`` stops it."""
+    """Starts the streaming pipeline, pushes its job handle at once, and defers until its workers are up.
+
+    When the zone has no free GPUs (ZONE_RESOURCE_POOL_EXHAUSTED), the job is stopped and the next of
+    ``gpu.fallbacks`` is started, each checked by preflight first. ``on_kill`` stops a job not yet deferred on."""
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowJobLink(),)
@@ -140,15 +186,35 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     _handle = None
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.steps.launch import launch
+        return self._start(config, names, context, after=0, failures=[])
 
-        self._platform = platform
+    def _start(self, config, names, context, after: int, failures: list[str]):
+        from gpuflow.platform import get_platform
+        from gpuflow.steps.launch import start_next_placement
+        from gpuflow.steps.quota import QuotaTooLow
+        from gpuflow.troubleshoot import FallbacksExhausted
 
-        def remember(handle) -> None:
-            self._handle = handle
-            context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+        try:
+            placement, handle = start_next_placement(config, names, _image_of(self.image), after, failures)
+        except (FallbacksExhausted, QuotaTooLow) as error:
+            raise AirflowFailException(str(error)) from None
+        self._platform, self._handle = get_platform(placement.config), handle
+        context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+        self.defer_on(context, placement.config, self._platform, handle, "running", placement=placement.number,
+                      failures=failures)
 
-        return launch(config, names, platform, _image_of(self.image), on_handle=remember).to_xcom()
+    def resume_step(self, config, names, platform, context, event, handle, placement, failures):
+        from gpuflow.platform import JobHandle
+        from gpuflow.steps.launch import after_failed_start
+
+        handle = JobHandle.model_validate(handle)
+        if event_succeeded(event):
+            log.info("%s", event.get("message"))
+            return handle.to_xcom()
+        message = event.get("message") or "the job did not start"
+        if after_failed_start(config, placement, handle, message, failures):
+            return self._start(config, names, context, after=placement, failures=failures)
+        raise AirflowException(message)
 
     def on_kill(self) -> None:
         if self._platform is not None and self._handle is not None:
@@ -177,11 +243,29 @@ class SmokeTestOperator(GpuflowStepOperator):
 
 
 class CleanupOperator(GpuflowStepOperator):
-    """Stops the run's pipeline (by handle, and by the run's prefix) and deletes the run's resources."""
+    """Stops the run's jobs (by handle, and by the run's prefix), deferring while Dataflow stops them, then deletes
+    the run's resources."""
 
     ui_color = "#f8d7da"
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.steps.cleanup import cleanup
+        from gpuflow.steps.cleanup import request_stops
 
-        return cleanup(config, names, platform, _pushed_handle(context, self.launch_task_id))
+        stopping = request_stops(names, platform, _pushed_handle(context, self.launch_task_id))
+        return self._next(context, config, names, platform, [h.to_xcom() for h in stopping], [])
+
+    def _next(self, context, config, names, platform, stopping: list[dict], stopped: list[str]):
+        """Defer on the next job that is still stopping; once none is, delete the run's resources."""
+        from gpuflow.platform import JobHandle
+        from gpuflow.steps.cleanup import delete_run_resources
+
+        while stopping:
+            handle = JobHandle.model_validate(stopping.pop(0))
+            stopped.append(handle.id)
+            if handle.kind == "dataflow":  # local processes are stopped already
+                self.defer_on(context, config, platform, handle, "stopped", stopping=stopping, stopped=stopped)
+        return delete_run_resources(config, names, platform, stopped)
+
+    def resume_step(self, config, names, platform, context, event, handle, stopping, stopped):
+        log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "%s", event.get("message"))
+        return self._next(context, config, names, platform, stopping, stopped)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -31,6 +30,7 @@ class ImageBuildResult(BaseModel):
     built: bool
     context_dir: str
     detail: str
+    job: JobHandle | None = None  # a remote build still running (its task defers until it ends)
 
 
 class Platform(Protocol):
@@ -42,35 +42,40 @@ class Platform(Protocol):
     def environment(self) -> contextlib.AbstractContextManager[Any]:
         """What must be set in this process while hooks and subprocesses run."""
 
-    def export_model(self, model_name: str, names: ResourceNames,
-                     on_job: Callable[[JobHandle], None] | None = None) -> str:
-        """Write the model's bf16 state_dict (and config, tokenizer) under ``names``; return its URI.
+    def export_model(self, model_name: str, names: ResourceNames) -> JobHandle | None:
+        """Write the model's bf16 state_dict (and config, tokenizer) under ``names``.
 
-        ``on_job`` hears a remote export job as soon as it exists (for on_kill and its console link)."""
+        A remote export (Vertex AI) is only started: its handle comes back, and the task defers until it ends.
+        The local export runs to its end here and returns None."""
 
     def cancel_export(self, job_name: str) -> None:
         """Cancel a remote export job (on_kill); the local profile has none."""
 
-    def build_image(self, context_dir: Path, image: str, names: ResourceNames,
-                    on_build: Callable[[JobHandle], None] | None = None) -> ImageBuildResult:
+    def build_image(self, context_dir: Path, image: str, names: ResourceNames) -> ImageBuildResult:
         """Build the worker container from a rendered context, or say plainly why it was not built.
 
-        ``on_build`` hears a remote build as soon as it exists (for on_kill and its console link)."""
+        A remote build (Cloud Build) is only started: the result carries its ``job``, and the task defers."""
 
     def cancel_build(self, build_id: str) -> None:
         """Cancel a remote build (on_kill); the local profile has none."""
 
-    def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
-        """Run beam_jobs/gpu_check.py where the workers run; return its report."""
+    def start_gpu_check(self, names: ResourceNames, image: str) -> JobHandle:
+        """Start beam_jobs/gpu_check.py where the workers run; the task defers until it is done."""
+
+    def gpu_check_report(self, names: ResourceNames, handle: JobHandle) -> dict[str, Any]:
+        """The report the finished GPU check wrote, or an error with the job's own reason."""
 
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str) -> JobHandle:
-        """Start the streaming pipeline; return as soon as its handle exists."""
+        """Start the streaming pipeline; return as soon as its handle exists (the task defers until it runs)."""
 
-    def wait_until_running(self, handle: JobHandle) -> None:
-        """Block until the job processes messages, or raise with the reason it will not."""
+    def job_timeout_s(self, until: str) -> float:
+        """How long a job of this profile may take to reach ``until`` (running, done or stopped)."""
+
+    def request_stop(self, handle: JobHandle) -> bool:
+        """Ask the job to stop (cancel or drain) without waiting; True if it was still running."""
 
     def stop_pipeline(self, handle: JobHandle) -> bool:
-        """Stop the job; True if it was still running."""
+        """Stop the job and wait (bounded) until it has; True if it was still running."""
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Jobs of this run found without a handle (for cleanup after a failed launch)."""

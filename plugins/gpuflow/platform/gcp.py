@@ -4,7 +4,7 @@
 - image: Cloud Build into Artifact Registry (gcp_build.CloudBuildImages);
 - Dataflow jobs: staged by Beam, started by the Templates or Flex Templates API, watched, stopped
   (gcp_dataflow.DataflowJobs; their options in dataflow_options);
-- here: the GPU check job, the GPU usage from Cloud Monitoring and the quota from Compute Engine.
+- here: the GPU check job (started here; its task defers on gpuflow.triggers.dataflow), the GPU usage from Cloud Monitoring and the quota from Compute Engine.
 """
 
 from __future__ import annotations
@@ -26,19 +26,16 @@ log = logging.getLogger(__name__)
 class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
     """Google Cloud behind the Platform protocol; each part uses the same config, clients and GCS hook."""
 
-    def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
+    def start_gpu_check(self, names: ResourceNames, image: str) -> JobHandle:
         """beam_jobs/gpu_check.py as a batch Dataflow job on the GPU workers; its report comes back through GCS."""
-        report_uri = names.gcs_uri("gpu-check", "report.json")
-        argv = ["--report", report_uri]
+        argv = ["--report", names.gcs_uri("gpu-check", "report.json")]
         if self.config.require_gpu:
             argv.append("--require-gpu")
-        job_name = job_name_for(names, self.config, "gpu-check")
-        handle = self.start_job("gpu_check.py", argv, names, image, job_name, streaming=False)
-        try:
-            self.wait_for_job(handle, "done")
-        except BaseException:
-            self.stop_pipeline(handle)
-            raise
+        return self.start_job("gpu_check.py", argv, names, image, job_name_for(names, self.config, "gpu-check"),
+                              streaming=False)
+
+    def gpu_check_report(self, names: ResourceNames, handle: JobHandle) -> dict[str, Any]:
+        report_uri = names.gcs_uri("gpu-check", "report.json")
         report = json.loads(self._gcs().download(names.bucket, report_uri.removeprefix(f"gs://{names.bucket}/")))
         return {**report, "job_id": handle.id}
 

@@ -6,8 +6,6 @@ import io
 import logging
 import re
 import tarfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from gpuflow.naming import ResourceNames
@@ -16,10 +14,6 @@ from gpuflow.platform.console import cloud_build_url
 from gpuflow.platform.gcp_service import GcpService
 
 log = logging.getLogger(__name__)
-
-
-class CloudBuildFailed(RuntimeError):
-    pass
 
 
 class CloudBuildImages(GcpService):
@@ -56,10 +50,9 @@ class CloudBuildImages(GcpService):
             tags=["gpuflow", self.config.container.recipe],
         )
 
-    def build_image(self, context_dir: Path, image: str, names: ResourceNames,
-                    on_build: Callable[[JobHandle], None] | None = None) -> ImageBuildResult:
-        from google.cloud.devtools import cloudbuild_v1
-
+    def build_image(self, context_dir: Path, image: str, names: ResourceNames) -> ImageBuildResult:
+        """Skip an image whose tag exists; otherwise upload the context and start the build with the provider's
+        CloudBuildHook. The task defers to the provider's CloudBuildCreateBuildTrigger until it ends."""
         if self.image_exists(image):
             return ImageBuildResult(image=image, built=False, context_dir=str(context_dir),
                                     detail="already in Artifact Registry (same build context); build skipped")
@@ -68,37 +61,21 @@ class CloudBuildImages(GcpService):
             tar.add(context_dir, arcname=".")
         source_object = f"{names.object_prefix}/build/context.tar.gz"
         self._gcs().upload(names.bucket, source_object, data=archive.getvalue(), mime_type="application/gzip")
-        client = self.clients.cloud_build(self.config.region)
-        operation = client.create_build(request=cloudbuild_v1.CreateBuildRequest(
-            project_id=self.config.project, parent=f"projects/{self.config.project}/locations/{self.config.region}",
-            build=self.cloud_build_request(source_object, image, names.bucket)))
-        build_id = operation.metadata.build.id
-        build_name = f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}"
+        _, build_id = self._build_hook().create_build_without_waiting_for_result(
+            build=self.cloud_build_request(source_object, image, names.bucket), project_id=self.config.project,
+            location=self.config.region)
         log.info("Cloud Build %s started for %s (%d KB context)", build_id, image, len(archive.getvalue()) // 1024)
-        if on_build:
-            on_build(JobHandle(kind="cloud-build", id=build_id, name=build_name, location=self.config.region,
-                               url=cloud_build_url(self.config.project, self.config.region, build_id)))
-        started = time.monotonic()
-        status = cloudbuild_v1.Build.Status
+        job = JobHandle(kind="cloud-build", id=build_id, location=self.config.region,
+                        name=f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}",
+                        url=cloud_build_url(self.config.project, self.config.region, build_id))
+        return ImageBuildResult(image=image, built=False, context_dir=str(context_dir), job=job,
+                                detail=f"building with Cloud Build {build_id}")
 
-        def finished() -> bool:
-            build = client.get_build(request=cloudbuild_v1.GetBuildRequest(
-                name=build_name, project_id=self.config.project, id=build_id))
-            state = status(build.status)
-            if state in (status.FAILURE, status.INTERNAL_ERROR, status.TIMEOUT, status.CANCELLED, status.EXPIRED):
-                raise CloudBuildFailed(f"Cloud Build {build_id} ended {state.name}: {build.status_detail}. "
-                                       f"Fix: read its log at {build.log_url or 'the Cloud Build console'}.")
-            log.info("build %s: %s (%.0fs)", build_id, state.name, time.monotonic() - started)
-            return state == status.SUCCESS
+    def _build_hook(self):
+        from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
 
-        self._wait(f"Cloud Build {build_id}", self.config.container.build_timeout_s, finished)
-        return ImageBuildResult(image=image, built=True, context_dir=str(context_dir),
-                                detail=f"built by Cloud Build {build_id}")
+        return CloudBuildHook(gcp_conn_id=self.conn_id)
 
     def cancel_build(self, build_id: str) -> None:
-        from google.cloud.devtools import cloudbuild_v1
-
-        self.clients.cloud_build(self.config.region).cancel_build(request=cloudbuild_v1.CancelBuildRequest(
-            name=f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}",
-            project_id=self.config.project, id=build_id))
+        self._build_hook().cancel_build(id_=build_id, project_id=self.config.project, location=self.config.region)
         log.info("cancelled Cloud Build %s", build_id)

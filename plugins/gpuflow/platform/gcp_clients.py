@@ -1,9 +1,11 @@
 """The Google API clients of the gcp profile, made from the Airflow connection.
 
-Credentials, impersonation chains and the client info come from the Airflow Google provider's hooks:
-the Vertex AI and Cloud Build clients are the ones its ``CustomJobHook`` and ``CloudBuildHook`` hand out,
-and the others are built with ``GoogleBaseHook``'s credentials. Tests replace this one class with fakes
-that check every request against the API's own types; nothing else in gpuflow makes a client.
+Vertex AI and Cloud Build are reached through the provider's ``CustomJobHook`` and ``CloudBuildHook`` methods, and
+Dataflow's waits through its ``AsyncDataflowHook`` (in gpuflow's trigger). The clients here are those for which the
+provider has no hook method gpuflow can use (the Templates and Flex Templates launch with a Beam-staged request,
+job messages, Monitoring, Artifact Registry tags, Compute Engine quotas); they are built with ``GoogleBaseHook``'s
+credentials and client info. Tests replace this class, and the GAPIC clients under the hooks, with fakes that
+check every request against the API's own types.
 """
 
 from __future__ import annotations
@@ -66,16 +68,6 @@ class GcpClients:
         from google.cloud import monitoring_v3
 
         return monitoring_v3.MetricServiceClient(**self._client_kwargs())
-
-    def vertex_jobs(self, region: str):
-        from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
-
-        return CustomJobHook(gcp_conn_id=self.conn_id).get_job_service_client(region=region)
-
-    def cloud_build(self, region: str):
-        from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
-
-        return CloudBuildHook(gcp_conn_id=self.conn_id).get_conn(location=region)
 
     def artifact_registry(self):
         from google.cloud import artifactregistry_v1

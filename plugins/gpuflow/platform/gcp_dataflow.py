@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
-import time
 from typing import Any
 
 from gpuflow.config import beam_jobs_dir
@@ -35,12 +33,12 @@ from gpuflow.platform.gcp_service import GcpService
 
 log = logging.getLogger(__name__)
 
-#: Job messages that say the worker pool is up: "Workers have started successfully." and "All workers have
-#: finished the startup processes and began to receive work requests." Some service versions write them at
-#: JOB_MESSAGE_DETAILED importance, so they are read at DETAILED and above; the autoscaling events' worker
-#: count (as Google's Dataflow samples read it) is the other sign that workers are up.
-WORKERS_STARTED = re.compile(r"Workers have started successfully|All workers have finished the startup processes",
-                             re.I)
+def _terminal_states():
+    from google.cloud import dataflow_v1beta3
+
+    states = dataflow_v1beta3.JobState
+    return frozenset({states.JOB_STATE_DONE, states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED,
+                      states.JOB_STATE_DRAINED, states.JOB_STATE_UPDATED, states.JOB_STATE_STOPPED})
 
 
 class DataflowJobFailed(RuntimeError):
@@ -129,92 +127,12 @@ class DataflowJobs(GcpService):
             view=dataflow_v1beta3.JobView.JOB_VIEW_SUMMARY))
         return dataflow_v1beta3.JobState(job.current_state)
 
-    def _new_messages(self, handle: JobHandle, seen: set[str]) -> tuple[list[Any], int]:
-        """The job's messages not seen before (DETAILED and above), and its current worker count from the
-        latest autoscaling event (0 before any)."""
-        from google.cloud import dataflow_v1beta3
+    def job_timeout_s(self, until: str) -> float:
+        dataflow = self.config.dataflow
+        return dataflow.stop_timeout_s if until == "stopped" else dataflow.start_timeout_s
 
-        pager = self.clients.dataflow_messages().list_job_messages(request=dataflow_v1beta3.ListJobMessagesRequest(
-            project_id=self.config.project, location=handle.location, job_id=handle.id,
-            minimum_importance=dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_DETAILED))
-        messages: list[Any] = []
-        events: list[Any] = []
-        for page in pager.pages:
-            messages += page.job_messages
-            events += page.autoscaling_events
-        fresh = [m for m in messages if m.id not in seen]
-        seen.update(m.id for m in fresh)
-        latest = max(events, key=lambda event: event.time, default=None)
-        return fresh, latest.current_num_workers if latest is not None else 0
-
-    def wait_for_job(self, handle: JobHandle, until: str) -> None:
-        """Wait until the job runs with its workers up (``running``) or has finished (``done``).
-
-        Dataflow keeps a job RUNNING while it retries a zone with no free GPUs, so errors in the job's
-        messages are read too: one that a fallback can fix (ZONE_RESOURCE_POOL_EXHAUSTED) ends the wait at once.
-        """
-        from google.cloud import dataflow_v1beta3
-
-        from gpuflow.troubleshoot import classify
-
-        states = dataflow_v1beta3.JobState
-        failed = {states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED, states.JOB_STATE_DRAINED,
-                  states.JOB_STATE_STOPPED, states.JOB_STATE_UPDATED}
-        seen: set[str] = set()
-        errors: list[str] = []
-        workers_started = False
-        started = time.monotonic()
-
-        def diagnosis_text() -> str:
-            diagnosis = classify("\n".join(errors))
-            return f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}." if diagnosis else ""
-
-        def reached() -> bool:
-            nonlocal workers_started
-            state = self._job_state(handle)
-            messages, current_workers = self._new_messages(handle, seen)
-            if current_workers > 0 and not workers_started:
-                log.info("  autoscaling: %d worker(s) running", current_workers)
-                workers_started = True
-            for message in messages:
-                importance = dataflow_v1beta3.JobMessageImportance(message.message_importance)
-                log.log(logging.DEBUG if importance == importance.JOB_MESSAGE_DETAILED else logging.INFO,
-                        "  [%s] %s", importance.name, message.message_text)
-                if WORKERS_STARTED.search(message.message_text):
-                    workers_started = True
-                if message.message_importance == dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_ERROR:
-                    errors.append(message.message_text)
-                    diagnosis = classify(message.message_text)
-                    if diagnosis and diagnosis.try_fallback:
-                        raise DataflowJobFailed(f"Dataflow job {handle.id}: {message.message_text}{diagnosis_text()}")
-            if state in failed:
-                raise DataflowJobFailed(f"Dataflow job {handle.id} ended {state.name}: "
-                                        f"{' | '.join(errors) or 'no error message'}.{diagnosis_text()}")
-            if until == "done" and state == states.JOB_STATE_DONE:
-                return True
-            if until == "running" and state == states.JOB_STATE_RUNNING and workers_started:
-                log.info("Dataflow job %s is running and its workers have started (%.0fs)", handle.id,
-                         time.monotonic() - started)
-                return True
-            log.info("Dataflow job %s: %s, %s (%.0fs)", handle.id, state.name,
-                     "workers started" if workers_started else "waiting for GPU workers", time.monotonic() - started)
-            return False
-
-        try:
-            self._wait(f"Dataflow job {handle.id}", self.config.dataflow.start_timeout_s, reached)
-        except TimeoutError:
-            if not workers_started:
-                errors.append("no worker activity has been seen")
-            raise DataflowJobFailed(
-                f"Dataflow job {handle.id} did not reach {until} within {self.config.dataflow.start_timeout_s:.0f}s "
-                f"({' | '.join(errors) or 'workers started'}).{diagnosis_text() or ' Fix: read the job logs.'}"
-            ) from None
-
-    def wait_until_running(self, handle: JobHandle) -> None:
-        self.wait_for_job(handle, "running")
-
-    def stop_pipeline(self, handle: JobHandle) -> bool:
-        """Cancel or drain (dataflow.stop_action); True if the job was still active."""
+    def request_stop(self, handle: JobHandle) -> bool:
+        """Ask for a cancel or a drain (dataflow.stop_action) without waiting; True if the job was still active."""
         from google.api_core.exceptions import NotFound
         from google.cloud import dataflow_v1beta3
 
@@ -223,9 +141,7 @@ class DataflowJobs(GcpService):
             state = self._job_state(handle)
         except NotFound:
             return False
-        terminal = {states.JOB_STATE_DONE, states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED,
-                    states.JOB_STATE_DRAINED, states.JOB_STATE_UPDATED, states.JOB_STATE_STOPPED}
-        if state in terminal:
+        if state in _terminal_states():
             log.info("Dataflow job %s is already %s", handle.id, state.name)
             return False
         # A streaming job can drain; a batch job (or one not yet running) can only be cancelled.
@@ -235,17 +151,24 @@ class DataflowJobs(GcpService):
             project_id=self.config.project, location=handle.location, job_id=handle.id,
             job=dataflow_v1beta3.Job(requested_state=requested)))
         log.info("requested %s of Dataflow job %s (%s)", requested.name, handle.id, handle.name)
+        return True
+
+    def stop_pipeline(self, handle: JobHandle) -> bool:
+        """Stop the job and wait until it has (dataflow.stop_timeout_s): for on_kill and a start that failed.
+        The cleanup task requests its stops and defers instead."""
+        if not self.request_stop(handle):
+            return False
 
         def stopped() -> bool:
             current = self._job_state(handle)
             log.info("Dataflow job %s: %s", handle.id, current.name)
-            return current in terminal
+            return current in _terminal_states()
 
         try:
             self._wait(f"stopping Dataflow job {handle.id}", self.config.dataflow.stop_timeout_s, stopped)
         except TimeoutError:
-            log.warning("Dataflow job %s has not stopped within %.0fs; it is still being %s", handle.id,
-                        self.config.dataflow.stop_timeout_s, "drained" if drain else "cancelled")
+            log.warning("Dataflow job %s has not stopped within %.0fs; it is still being stopped", handle.id,
+                        self.config.dataflow.stop_timeout_s)
         return True
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 
 from gpuflow import catalog
 from gpuflow.config import beam_jobs_dir
@@ -14,10 +12,6 @@ from gpuflow.platform.console import vertex_custom_job_url
 from gpuflow.platform.gcp_service import GcpService
 
 log = logging.getLogger(__name__)
-
-
-class VertexJobFailed(RuntimeError):
-    pass
 
 
 class VertexExport(GcpService):
@@ -59,44 +53,26 @@ class VertexExport(GcpService):
             ),
         )
 
-    def export_model(self, model_name: str, names: ResourceNames,
-                     on_job: Callable[[JobHandle], None] | None = None) -> str:
-        from google.cloud import aiplatform_v1
-
+    def export_model(self, model_name: str, names: ResourceNames) -> JobHandle:
+        """Upload download_model.py and create the custom job with the provider's CustomJobHook; the task defers
+        to the provider's CustomJobTrigger (``gpuflow.triggers.cancelling``) until it ends."""
         script_uri = names.gcs_uri("code", "download_model.py")
         self._gcs().upload(names.bucket, script_uri.removeprefix(f"gs://{names.bucket}/"),
                            filename=str(beam_jobs_dir() / "download_model.py"))
-        client = self.clients.vertex_jobs(self.config.region)
-        parent = f"projects/{self.config.project}/locations/{self.config.region}"
-        job = client.create_custom_job(request=aiplatform_v1.CreateCustomJobRequest(
-            parent=parent, custom_job=self.custom_job(names, script_uri)))
+        job = self._vertex_hook().create_custom_job(project_id=self.config.project, region=self.config.region,
+                                             custom_job=self.custom_job(names, script_uri))
         machine, disk_gb = self.export_machine()
         log.info("Vertex AI custom job %s started on %s (%d GB disk): exporting %s", job.name, machine, disk_gb,
                  model_name)
-        if on_job:
-            on_job(JobHandle(kind="vertex-custom-job", id=job.name, name=job.name, location=self.config.region,
-                             url=vertex_custom_job_url(self.config.project, job.name)))
-        started = time.monotonic()
-        done = {aiplatform_v1.JobState.JOB_STATE_SUCCEEDED}
-        failed = {aiplatform_v1.JobState.JOB_STATE_FAILED, aiplatform_v1.JobState.JOB_STATE_CANCELLED,
-                  aiplatform_v1.JobState.JOB_STATE_EXPIRED}
+        return JobHandle(kind="vertex-custom-job", id=job.name.rsplit("/", 1)[-1], name=job.name,
+                         location=self.config.region, url=vertex_custom_job_url(self.config.project, job.name))
 
-        def finished() -> bool:
-            current = client.get_custom_job(request=aiplatform_v1.GetCustomJobRequest(name=job.name))
-            state = aiplatform_v1.JobState(current.state)
-            if state in failed:
-                raise VertexJobFailed(f"Vertex AI job {job.name} ended {state.name}: {current.error.message}. "
-                                      "Fix: read the job's logs in the Vertex AI console; a larger "
-                                      "export.machine_type helps when it ran out of memory.")
-            log.info("export job %s: %s (%.0fs)", job.name, state.name, time.monotonic() - started)
-            return state in done
+    def _vertex_hook(self):
+        from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
 
-        self._wait(f"Vertex AI job {job.name}", self.config.export.timeout_s, finished)
-        return names.state_dict_uri
+        return CustomJobHook(gcp_conn_id=self.conn_id)
 
     def cancel_export(self, job_name: str) -> None:
-        from google.cloud import aiplatform_v1
-
-        self.clients.vertex_jobs(self.config.region).cancel_custom_job(
-            request=aiplatform_v1.CancelCustomJobRequest(name=job_name))
+        self._vertex_hook().cancel_custom_job(project_id=self.config.project, region=self.config.region,
+                                       custom_job=job_name.rsplit("/", 1)[-1])
         log.info("cancelled Vertex AI job %s", job_name)

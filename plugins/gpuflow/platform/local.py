@@ -82,7 +82,8 @@ class LocalPlatform:
             staging.rename(directory)
         return directory
 
-    def export_model(self, model_name: str, names: ResourceNames, on_job=None) -> str:
+    def export_model(self, model_name: str, names: ResourceNames) -> None:
+        """The export runs here, to its end, in the task's own process tree (nothing to defer on)."""
         source = str(self.demo_model_dir()) if model_name == DEMO_MODEL_NAME else model_name
         run_logged(
             [sys.executable, self._script("download_model.py"), "local", "--model-name", source,
@@ -91,7 +92,6 @@ class LocalPlatform:
             "export (download_model.py local)",
             timeout_s=self.config.export.timeout_s,
         )
-        return names.state_dict_uri
 
     # -- image ------------------------------------------------------------------------------
     def docker_engine_answers(self) -> tuple[bool, str]:
@@ -110,7 +110,7 @@ class LocalPlatform:
     def cancel_export(self, job_name: str) -> None:
         """Nothing to cancel: the local export runs in the task's own process tree."""
 
-    def build_image(self, context_dir: Path, image: str, names: ResourceNames, on_build=None) -> ImageBuildResult:
+    def build_image(self, context_dir: Path, image: str, names: ResourceNames) -> ImageBuildResult:
         answers, detail = self.docker_engine_answers()
         if not answers:
             return ImageBuildResult(
@@ -124,16 +124,23 @@ class LocalPlatform:
     def cancel_build(self, build_id: str) -> None:
         """Nothing to cancel: a local build (where a Docker engine answers) runs in the task's process tree."""
 
-    def run_gpu_check(self, names: ResourceNames, image: str) -> dict[str, Any]:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        report_path = self.state_dir / f"{names.prefix}-gpu-check.json"
-        command = [sys.executable, self._script("gpu_check.py"), "--report", str(report_path),
+    def start_gpu_check(self, names: ResourceNames, image: str) -> JobHandle:
+        """gpu_check.py on the local runner, in its own session: the task defers until it ends."""
+        command = [sys.executable, self._script("gpu_check.py"), "--report", str(self._gpu_report(names)),
                    f"--runner={self.config.local.runner}"]
         if self.config.require_gpu:
             command.append("--require-gpu")
-        run_logged(command, self.subprocess_env(), "GPU check pipeline",
-                   timeout_s=self.config.local.pipeline_start_timeout_s + 600)
-        return json.loads(report_path.read_text())
+        return self._start_process(command, f"{names.prefix}-gpu-check", names.job_name + "-gpu-check")
+
+    def _gpu_report(self, names: ResourceNames) -> Path:
+        return self.state_dir / f"{names.prefix}-gpu-check.json"
+
+    def gpu_check_report(self, names: ResourceNames, handle: JobHandle) -> dict[str, Any]:
+        report = self._gpu_report(names)
+        if not report.exists():
+            raise PipelineStartError(f"the GPU check (pid {handle.id}) ended without its report. Log tail:\n"
+                                     + "\n".join(Path(handle.location).read_text(errors="replace").splitlines()[-30:]))
+        return json.loads(report.read_text())
 
     def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:
         """nvidia-smi's readings now, where a GPU exists; otherwise says plainly that there is none."""
@@ -158,71 +165,58 @@ class LocalPlatform:
             return {"source": "nvidia-smi", "gpus": gpus, "count": len(gpus)}
         return {"source": "nvidia-smi", "gpus": [], "count": 0, "note": "nvidia-smi not found: no GPU on this machine"}
 
-    # -- streaming pipeline -----------------------------------------------------------------
-    def _pid_file(self, names_or_prefix: ResourceNames | str) -> Path:
-        prefix = names_or_prefix if isinstance(names_or_prefix, str) else names_or_prefix.prefix
-        return self.state_dir / f"{prefix}.pid"
-
+    # -- pipeline processes -----------------------------------------------------------------
     def pipeline_command(self, argv: list[str]) -> list[str]:
         """The streaming pipeline on the local runner (the command `gpuflow launch-command` prints)."""
         return [sys.executable, self._script("llm_inference.py"), *argv,
                 f"--runner={self.config.local.runner}", "--streaming", f"--project={self.config.project}"]
 
-    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "") -> JobHandle:
+    def _start_process(self, command: list[str], file_stem: str, job_name: str) -> JobHandle:
+        """Start a pipeline process that outlives the task (cleanup or on_kill stops its whole group)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.state_dir / f"{names.prefix}-pipeline.log"
-        command = self.pipeline_command(argv)
-        log.info("starting the streaming pipeline: %s", " ".join(command))
+        log_path = self.state_dir / f"{file_stem}.log"
+        log.info("starting %s: %s", job_name, " ".join(command))
         with open(log_path, "ab") as log_file:
-            process = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, env=self.subprocess_env(),
-                start_new_session=True,  # outlives this task; cleanup stops the whole group
-            )
-        self._pid_file(names).write_text(str(process.pid))
-        return JobHandle(kind="local-process", id=str(process.pid), name=names.job_name, location=str(log_path))
+            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=self.subprocess_env(),
+                                       start_new_session=True)
+        (self.state_dir / f"{file_stem}.pid").write_text(str(process.pid))
+        return JobHandle(kind="local-process", id=str(process.pid), name=job_name, location=str(log_path))
 
-    def wait_until_running(self, handle: JobHandle) -> None:
-        pid, log_path = int(handle.id), Path(handle.location)
-        deadline = time.monotonic() + self.config.local.pipeline_start_timeout_s
-        last_report = 0.0
-        while time.monotonic() < deadline:
-            text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            if PIPELINE_RUNNING_MARKER in text:
-                log.info("pipeline %s is running (pid %d, log %s)", handle.name, pid, log_path)
-                return
-            if not process_alive(pid):
-                tail = "\n".join(text.splitlines()[-30:])
-                raise PipelineStartError(f"the pipeline process {pid} exited before it ran. Log tail:\n{tail}")
-            if time.monotonic() - last_report > 10:
-                log.info("waiting for the pipeline to start (pid %d)...", pid)
-                last_report = time.monotonic()
-            time.sleep(0.5)
-        raise PipelineStartError(
-            f"the pipeline did not start within {self.config.local.pipeline_start_timeout_s:.0f}s; see {log_path}. "
-            "Fix: raise local.pipeline_start_timeout_s, or read the log for the cause."
-        )
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "") -> JobHandle:
+        return self._start_process(self.pipeline_command(argv), f"{names.prefix}-pipeline", names.job_name)
 
-    @staticmethod
-    def is_pipeline_process(pid: int) -> bool:
-        """Guards against a recycled pid: only a process running llm_inference.py is ours to stop."""
-        try:
-            return b"llm_inference.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return False
+    def job_timeout_s(self, until: str) -> float:
+        # The GPU check runs a whole (small) batch pipeline: its start, then its work.
+        return self.config.local.pipeline_start_timeout_s + (600 if until == "done" else 0)
+
+    def request_stop(self, handle: JobHandle) -> bool:
+        return self.stop_pipeline(handle)
 
     def stop_pipeline(self, handle: JobHandle) -> bool:
         pid = int(handle.id)
-        was_running = process_alive(pid) and self.is_pipeline_process(pid) and stop_process_group(pid)
-        log.info("pipeline %s (pid %d): %s", handle.name, pid, "stopped" if was_running else "was not running")
+        was_running = process_alive(pid) and is_gpuflow_process(pid) and stop_process_group(pid)
+        log.info("%s (pid %d): %s", handle.name, pid, "stopped" if was_running else "was not running")
         for pid_file in self.state_dir.glob("*.pid"):
             if pid_file.read_text().strip() == handle.id:
                 pid_file.unlink(missing_ok=True)
         return was_running
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
-        pid_file = self._pid_file(names)
-        if not pid_file.exists():
-            return []
-        pid = pid_file.read_text().strip()
-        log_path = self.state_dir / f"{names.prefix}-pipeline.log"
-        return [JobHandle(kind="local-process", id=pid, name=names.job_name, location=str(log_path))]
+        """The run's pipeline and GPU check processes, from their pid files."""
+        handles = []
+        for stem, job_name in ((f"{names.prefix}-pipeline", names.job_name),
+                               (f"{names.prefix}-gpu-check", names.job_name + "-gpu-check")):
+            pid_file = self.state_dir / f"{stem}.pid"
+            if pid_file.exists():
+                handles.append(JobHandle(kind="local-process", id=pid_file.read_text().strip(), name=job_name,
+                                         location=str(self.state_dir / f"{stem}.log")))
+        return handles
+
+
+def is_gpuflow_process(pid: int) -> bool:
+    """Guards against a recycled pid: only a process running one of gpuflow's Beam jobs is ours to stop."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"llm_inference.py" in command or b"gpu_check.py" in command

@@ -1,4 +1,4 @@
-"""cleanup: stop the run's pipeline, then delete the run's resources. Runs even when a step failed."""
+"""cleanup: stop the run's jobs, then delete the run's resources. Runs even when a step failed."""
 
 from __future__ import annotations
 
@@ -13,12 +13,17 @@ from gpuflow.steps.resources import delete_resources
 log = logging.getLogger(__name__)
 
 
-def cleanup(config: GpuflowConfig, names: ResourceNames, platform: Platform,
-            handle: JobHandle | None) -> dict[str, Any]:
+def request_stops(names: ResourceNames, platform: Platform, handle: JobHandle | None) -> list[JobHandle]:
+    """Ask every job of the run (by handle, and by the run's prefix) to stop; return those that were running."""
     handles = {h.id: h for h in platform.find_run_jobs(names)}
     if handle is not None:
         handles[handle.id] = handle
-    stopped = [h.id for h in handles.values() if platform.stop_pipeline(h)]
-    log.info("stopped %d pipeline(s) of run %s", len(stopped), names.prefix)
-    deleted = delete_resources(config, names, platform.conn_id)
-    return {"stopped_jobs": stopped, **deleted}
+    stopping = [h for h in handles.values() if platform.request_stop(h)]
+    log.info("asked %d job(s) of run %s to stop", len(stopping), names.prefix)
+    return stopping
+
+
+def delete_run_resources(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+                         stopped: list[str]) -> dict[str, Any]:
+    """Once the jobs have stopped: delete the run's topics, subscriptions and objects."""
+    return {"stopped_jobs": stopped, **delete_resources(config, names, platform.conn_id)}

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.containers import check_dockerfile, context_digest, render_recipe
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import JobHandle, Platform
+from gpuflow.platform import Platform
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,10 @@ def render_context(config: GpuflowConfig, names: ResourceNames, work_dir: Path |
 
 
 def build_container(config: GpuflowConfig, names: ResourceNames, platform: Platform,
-                    work_dir: Path | None = None, on_build: Callable[[JobHandle], None] | None = None) -> dict[str, Any]:
+                    work_dir: Path | None = None) -> dict[str, Any]:
+    """Render, check and build; a remote build is only started (the result's ``job``: the task defers on it)."""
     context_dir = render_context(config, names, work_dir)
     image = image_for(config, context_dir)
-    result = platform.build_image(context_dir, image, names, on_build=on_build)
+    result = platform.build_image(context_dir, image, names)
     log.info("container image %s: %s", image, result.detail)
     return result.model_dump()

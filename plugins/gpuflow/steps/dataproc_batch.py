@@ -88,30 +88,33 @@ def read_driver_output(config: GpuflowConfig, output_uri: str) -> str:
                    for name in sorted(gcs.list(bucket, prefix=prefix)))
 
 
-def submit_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str,
-                     on_operation: Any = None) -> dict[str, Any]:
-    """Create the batch (reusing it when a retry finds it), wait for it, and return the job's result."""
+def create_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str) -> str | None:
+    """Create the batch with the provider's DataprocHook, without waiting; return its operation's name (None when
+    a retry of this run finds the batch there already). The task then defers until the batch ends."""
     from google.api_core.exceptions import AlreadyExists
-    from google.cloud import dataproc_v1
 
     from gpuflow.dataproc import build_batch
-    from gpuflow.troubleshoot import classify
 
-    hook = _hook(config)
     batch = build_batch(config, staged_main_file_uri(config, prefix), labels={"gpuflow-run": prefix})
     log.info("submitting Dataproc batch %s in %s with %s", batch_id, config.region, dict(batch.runtime_config.properties))
     try:
-        operation = hook.create_batch(region=config.region, project_id=config.project, batch=batch, batch_id=batch_id)
-        if on_operation:
-            on_operation(operation)
+        operation = _hook(config).create_batch(region=config.region, project_id=config.project, batch=batch,
+                                               batch_id=batch_id)
     except AlreadyExists:
         log.info("batch %s exists already (a retry of this run); waiting for it", batch_id)
-    finished = hook.wait_for_batch(batch_id=batch_id, region=config.region, project_id=config.project,
-                                   wait_check_interval=config.dataproc.poll_interval_s)
-    if finished.state != dataproc_v1.Batch.State.SUCCEEDED:
-        diagnosis = classify(finished.state_message or "")
+        return None
+    return operation.operation.name
+
+
+def finished_gcp_batch(config: GpuflowConfig, batch_id: str, state: str, state_message: str) -> dict[str, Any]:
+    """The ended batch's result from its driver output; a batch that did not succeed raises with cause and fix."""
+    from gpuflow.troubleshoot import classify
+
+    if state != "SUCCEEDED":
+        diagnosis = classify(state_message or "")
         advice = f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}" if diagnosis else ""
-        raise BatchFailed(f"batch {batch_id} ended {finished.state.name}: {finished.state_message}.{advice}")
+        raise BatchFailed(f"batch {batch_id} ended {state}: {state_message}.{advice}")
+    finished = _hook(config).get_batch(batch_id=batch_id, region=config.region, project_id=config.project)
     result = parse_result(read_driver_output(config, finished.runtime_info.output_uri))
     log.info("Dataproc batch %s: %d GPU(s) on the executors", batch_id, result["accelerator_count"])
     return result

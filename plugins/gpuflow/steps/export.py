@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import JobHandle, Platform
+from gpuflow.platform import Platform
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +28,10 @@ def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None
     return json.loads(gcs.download(bucket, marker_object))
 
 
-def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform,
-                 on_job: Callable[[JobHandle], None] | None = None) -> dict[str, Any]:
-    """Export, unless the same model in bf16 already lies at the target path (a retry, or a re-run)."""
+def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform) -> dict[str, Any]:
+    """Export, unless the same model in bf16 already lies at the target path (a retry, or a re-run).
+
+    A remote export is only started: the result's ``job`` is its handle, and the task defers until it ends."""
     result = {"state_dict_uri": names.state_dict_uri, "model_dir_uri": names.model_dir_uri, "model": config.model.name}
     marker = existing_export(names, platform.conn_id)
     if marker and marker.get("model_name") == config.model.name and marker.get("dtype") == "bfloat16":
@@ -39,5 +39,5 @@ def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform
                  marker.get("state_dict_bytes"), names.state_dict_uri)
         return {**result, "skipped": True}
     log.info("exporting %s as a bf16 state_dict to %s", config.model.name, names.state_dict_uri)
-    platform.export_model(config.model.name, names, on_job=on_job)
-    return {**result, "skipped": False}
+    job = platform.export_model(config.model.name, names)
+    return {**result, "skipped": False, "job": job.to_xcom() if job else None}

@@ -1,4 +1,4 @@
-"""verify_gpu: ask the workers themselves whether they see a GPU."""
+"""verify_gpu: ask the workers themselves whether they see a GPU (the platform starts the check; this judges it)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import logging
 from typing import Any
 
 from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames
-from gpuflow.platform import Platform
 
 log = logging.getLogger(__name__)
 
@@ -16,9 +14,9 @@ class NoGpuOnWorkers(RuntimeError):
     pass
 
 
-def verify_gpu(config: GpuflowConfig, names: ResourceNames, platform: Platform, image: str) -> dict[str, Any]:
-    """On Google Cloud a worker without a GPU is always an error: it bills for a GPU it cannot use."""
-    report = platform.run_gpu_check(names, image)
+def judge_gpu_report(config: GpuflowConfig, report: dict[str, Any]) -> dict[str, Any]:
+    """The GPU check's report, judged. On Google Cloud a worker without a GPU is always an error: it bills for a
+    GPU it cannot use."""
     if report.get("gpu_found"):
         log.info("the workers see a GPU: %s", report.get("torch", {}).get("devices"))
         return report

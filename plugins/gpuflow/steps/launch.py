@@ -1,13 +1,13 @@
-"""launch: start the streaming inference pipeline and wait until it runs."""
+"""launch: start the streaming inference pipeline, and move to a fallback placement when its zone has no GPUs."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import JobHandle, Platform
+from gpuflow.platform import JobHandle
+from gpuflow.troubleshoot import Placement, fallback_configs, next_placement, worth_a_fallback
 
 log = logging.getLogger(__name__)
 
@@ -41,28 +41,30 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
     return argv
 
 
-def launch(
-    config: GpuflowConfig, names: ResourceNames, platform: Platform, image: str = "",
-    on_handle: Callable[[JobHandle], None] | None = None,
-) -> JobHandle:
-    """Start the pipeline, report its handle at once (``on_handle``), then wait until it runs.
-
-    When the workers cannot start for lack of GPUs in the zone (ZONE_RESOURCE_POOL_EXHAUSTED), the
-    configured ``gpu.fallbacks`` are tried in order, each checked by preflight first.
-    """
+def start_next_placement(config: GpuflowConfig, names: ResourceNames, image: str, after: int,
+                         failures: list[str]) -> tuple[Placement, JobHandle]:
+    """Start the pipeline on the first placement after number ``after`` that preflight accepts: the configuration
+    itself, then each ``gpu.fallbacks`` entry. The task defers until the job runs (or fails to)."""
     from gpuflow.platform import get_platform
-    from gpuflow.troubleshoot import run_with_fallbacks
+    from gpuflow.steps.quota import check_quota
 
-    def attempt(candidate: GpuflowConfig) -> JobHandle:
-        target = platform if candidate is config else get_platform(candidate)
-        handle = target.launch_pipeline(pipeline_argv(candidate, names), names, image)
-        if on_handle:
-            on_handle(handle)
-        try:
-            target.wait_until_running(handle)
-        except BaseException:
-            target.stop_pipeline(handle)
-            raise
-        return handle
+    placement = next_placement(config, after, failures)
+    platform = get_platform(placement.config)
+    if placement.config.profile == "gcp":  # again, right before the start: another run may have taken GPUs since
+        check_quota(placement.config, platform)
+    return placement, platform.launch_pipeline(pipeline_argv(placement.config, names), names, image)
 
-    return run_with_fallbacks(config, attempt)
+
+def placement_config(config: GpuflowConfig, number: int) -> GpuflowConfig:
+    """The configuration of placement ``number`` (1: the configuration itself)."""
+    return [config, *fallback_configs(config)][number - 1]
+
+
+def after_failed_start(config: GpuflowConfig, number: int, handle: JobHandle, message: str,
+                       failures: list[str]) -> bool:
+    """Stop the job that did not start; True when the next placement may fix what stopped it (an exhausted zone)."""
+    from gpuflow.platform import get_platform
+
+    candidate = placement_config(config, number)
+    get_platform(candidate).stop_pipeline(handle)
+    return worth_a_fallback(Placement(number, 1 + len(config.gpu.fallbacks), candidate), message, failures)

@@ -1,0 +1,117 @@
+"""What a Dataflow job's state, messages and autoscaling events say about its start.
+
+The provider's Dataflow triggers wait for a job state. A GPU job needs more, and this is the gap gpuflow fills:
+Dataflow keeps a job RUNNING while it retries a zone with no free GPUs, and RUNNING comes before any worker
+is up. So the watch reads the job's messages too:
+- the worker pool is up when Dataflow writes "Workers have started successfully." or "All workers have finished
+  the startup processes and began to receive work requests." (some service versions write them at
+  JOB_MESSAGE_DETAILED importance, so messages are read at DETAILED and above), or when an autoscaling event's
+  ``current_num_workers`` is above 0 (as Google's Dataflow samples read the worker count);
+- an error that a fallback can fix (ZONE_RESOURCE_POOL_EXHAUSTED, in a zone or region-wide) ends the wait at once.
+
+It holds no client: the trigger (``gpuflow.triggers.dataflow``) feeds it what ``AsyncDataflowHook`` reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+WORKERS_STARTED = re.compile(r"Workers have started successfully|All workers have finished the startup processes",
+                             re.I)
+
+Until = Literal["running", "done", "stopped"]
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    status: Literal["reached", "failed", "timeout"]
+    message: str
+
+    def event(self, **extra: Any) -> dict[str, Any]:
+        return {"status": self.status, "message": self.message, **extra}
+
+
+def _state_names():
+    from google.cloud import dataflow_v1beta3
+
+    states = dataflow_v1beta3.JobState
+    ended = {states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED, states.JOB_STATE_DRAINED,
+             states.JOB_STATE_STOPPED, states.JOB_STATE_UPDATED}
+    return states, ended
+
+
+@dataclass
+class DataflowStartWatch:
+    """Fed one poll at a time; says when the job reached ``until`` (running with workers up, done, or stopped)."""
+
+    job_id: str
+    until: Until
+    seen: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    workers_started: bool = False
+
+    def _diagnosis(self) -> str:
+        from gpuflow.troubleshoot import classify
+
+        diagnosis = classify("\n".join(self.errors))
+        return f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}." if diagnosis else ""
+
+    def observe(self, state: Any, messages: Iterable[Any], autoscaling_events: Iterable[Any],
+                elapsed_s: float) -> JobOutcome | None:
+        """One poll's job state, messages (DETAILED and above) and autoscaling events; None while still waiting."""
+        from google.cloud import dataflow_v1beta3
+
+        from gpuflow.troubleshoot import classify
+
+        states, ended = _state_names()
+        state = states(state)
+        if self.until == "stopped":
+            if state in ended or state == states.JOB_STATE_DONE:
+                return JobOutcome("reached", f"Dataflow job {self.job_id} is {state.name}")
+            log.info("Dataflow job %s: %s (%.0fs)", self.job_id, state.name, elapsed_s)
+            return None
+        latest = max(autoscaling_events, key=lambda event: event.time, default=None)
+        if latest is not None and latest.current_num_workers > 0 and not self.workers_started:
+            log.info("  autoscaling: %d worker(s) running", latest.current_num_workers)
+            self.workers_started = True
+        for message in messages:
+            if message.id in self.seen:
+                continue
+            self.seen.add(message.id)
+            importance = dataflow_v1beta3.JobMessageImportance(message.message_importance)
+            log.log(logging.DEBUG if importance == importance.JOB_MESSAGE_DETAILED else logging.INFO,
+                    "  [%s] %s", importance.name, message.message_text)
+            if WORKERS_STARTED.search(message.message_text):
+                self.workers_started = True
+            if importance == importance.JOB_MESSAGE_ERROR:
+                self.errors.append(message.message_text)
+                diagnosis = classify(message.message_text)
+                if diagnosis and diagnosis.try_fallback:
+                    return JobOutcome("failed", f"Dataflow job {self.job_id}: {message.message_text}{self._diagnosis()}")
+        if state in ended:
+            return JobOutcome("failed", f"Dataflow job {self.job_id} ended {state.name}: "
+                                        f"{' | '.join(self.errors) or 'no error message'}.{self._diagnosis()}")
+        if self.until == "done" and state == states.JOB_STATE_DONE:
+            return JobOutcome("reached", f"Dataflow job {self.job_id} is done ({elapsed_s:.0f}s)")
+        if self.until == "running" and state == states.JOB_STATE_RUNNING and self.workers_started:
+            return JobOutcome("reached", f"Dataflow job {self.job_id} is running and its workers have started "
+                                         f"({elapsed_s:.0f}s)")
+        log.info("Dataflow job %s: %s, %s (%.0fs)", self.job_id, state.name,
+                 "workers started" if self.workers_started else "waiting for GPU workers", elapsed_s)
+        return None
+
+    def timed_out(self, timeout_s: float) -> JobOutcome:
+        if self.until == "stopped":
+            return JobOutcome("timeout", f"Dataflow job {self.job_id} has not stopped within {timeout_s:.0f}s; "
+                                         "it is still stopping")
+        if not self.workers_started:
+            self.errors.append("no worker activity has been seen")
+        return JobOutcome("timeout", f"Dataflow job {self.job_id} did not reach {self.until} within {timeout_s:.0f}s "
+                                     f"({' | '.join(self.errors) or 'workers started'})."
+                                     f"{self._diagnosis() or ' Fix: read the job logs.'}")

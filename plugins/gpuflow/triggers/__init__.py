@@ -1,0 +1,49 @@
+"""gpuflow's triggers: where a task waits for a job without holding a worker slot.
+
+A task starts its job, pushes the handle, then defers to the trigger for the job's kind:
+- Dataflow (gcp): ``DataflowJobStartTrigger`` on the provider's ``AsyncDataflowHook`` (workers started, job done or
+  stopped, with the zone-exhaustion fail-fast: the provider's Dataflow triggers wait for a job state only);
+- Vertex AI custom jobs and Cloud Build (gcp): the provider's ``CustomJobTrigger`` and
+  ``CloudBuildCreateBuildTrigger``, with ``on_kill`` and a timeout added (``gpuflow.triggers.cancelling``);
+- the local profile's pipeline processes: ``LocalProcessTrigger``.
+
+Each cancels its job when a user kills the deferred task (the triggerer calls ``on_kill``); a job that a dead
+triggerer left running is stopped by the run's cleanup, which finds the run's jobs by name prefix.
+Importing this package is cheap: the trigger modules are imported by ``job_trigger`` when a task defers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuflow.config import GpuflowConfig
+    from gpuflow.platform import JobHandle
+
+
+def job_trigger(config: GpuflowConfig, handle: JobHandle, until: str, timeout_s: float) -> Any:
+    """The trigger that waits until the job of ``handle`` reaches ``until`` (running, done or stopped)."""
+    poll_s = config.dataflow.poll_interval_s
+    if handle.kind == "local-process":
+        from gpuflow.triggers.local import LocalProcessTrigger
+
+        return LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until=until, timeout_s=timeout_s)
+    if handle.kind == "dataflow":
+        from gpuflow.triggers.dataflow import DataflowJobStartTrigger
+
+        return DataflowJobStartTrigger(project_id=config.project, location=handle.location, job_id=handle.id,
+                                       until=until, timeout_s=timeout_s, gcp_conn_id=config.gcp_conn_id,
+                                       poll_interval_s=poll_s)
+    if handle.kind == "vertex-custom-job":
+        from gpuflow.triggers.cancelling import CancellingCustomJobTrigger
+
+        return CancellingCustomJobTrigger(project_id=config.project, location=handle.location,
+                                          custom_job_id=handle.name.rsplit("/", 1)[-1],
+                                          gcp_conn_id=config.gcp_conn_id, poll_interval=max(1, round(poll_s)),
+                                          timeout_s=timeout_s)
+    if handle.kind == "cloud-build":
+        from gpuflow.triggers.cancelling import CancellingCloudBuildTrigger
+
+        return CancellingCloudBuildTrigger(id_=handle.id, project_id=config.project, location=handle.location,
+                                           gcp_conn_id=config.gcp_conn_id, poll_interval=poll_s, timeout_s=timeout_s)
+    raise ValueError(f"no trigger waits on a job of kind {handle.kind}")

@@ -1,0 +1,106 @@
+"""The provider's Vertex AI, Cloud Build and Dataproc batch triggers, with what gpuflow adds: ``on_kill`` and a
+timeout.
+
+Provider gap: ``CustomJobTrigger``, ``CloudBuildCreateBuildTrigger`` and ``DataprocBatchTrigger`` wait for their job,
+without end, and leave it running when a user kills the deferred task (mark failed, clear). An export on an
+e2-highmem-16, a build on an E2_HIGHCPU_8 machine or a Spark batch on GPU executors would go on billing. So these cancel the job, through the provider's own hooks, when a
+user kills the task, and when the job outlasts the configuration's timeout (export.timeout_s,
+container.build_timeout_s, dataproc.timeout_s): they then end with an error event that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.providers.google.cloud.triggers.cloud_build import CloudBuildCreateBuildTrigger
+from airflow.providers.google.cloud.triggers.dataproc import DataprocBatchTrigger
+from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
+from airflow.triggers.base import TriggerEvent
+
+
+class _TimeoutAndCancel:
+    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then on_kill() (the cancel)."""
+
+    timeout_s: float
+    what: str
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        events = super().run()  # type: ignore[misc]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(events), max(0.0, deadline - loop.time()))
+                except StopAsyncIteration:
+                    return
+                yield event
+        except TimeoutError:
+            await self.on_kill()  # type: ignore[attr-defined]
+            yield TriggerEvent({"status": "error", "message": (
+                f"{self.what} did not finish within {self.timeout_s:.0f}s and was cancelled")})
+        finally:
+            await events.aclose()
+
+
+class CancellingCustomJobTrigger(_TimeoutAndCancel, CustomJobTrigger):
+    def __init__(self, *, timeout_s: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.timeout_s = timeout_s
+        self.what = f"Vertex AI custom job {self.custom_job_id}"
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        _, kwargs = super().serialize()
+        return "gpuflow.triggers.cancelling.CancellingCustomJobTrigger", {**kwargs, "timeout_s": self.timeout_s}
+
+    async def on_kill(self) -> None:
+        client = await self.async_hook.get_job_service_client(region=self.location)
+        await client.cancel_custom_job(
+            request={"name": client.custom_job_path(self.project_id, self.location, self.custom_job_id)})
+        self.log.info("requested the cancellation of Vertex AI custom job %s", self.custom_job_id)
+
+
+class CancellingCloudBuildTrigger(_TimeoutAndCancel, CloudBuildCreateBuildTrigger):
+    def __init__(self, *, timeout_s: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.timeout_s = timeout_s
+        self.what = f"Cloud Build {self.id_}"
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        _, kwargs = super().serialize()
+        return "gpuflow.triggers.cancelling.CancellingCloudBuildTrigger", {**kwargs, "timeout_s": self.timeout_s}
+
+    async def on_kill(self) -> None:
+        from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
+        from asgiref.sync import sync_to_async
+
+        hook = CloudBuildHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
+        await sync_to_async(hook.cancel_build)(id_=self.id_, project_id=self.project_id, location=self.location)
+        self.log.info("requested the cancellation of Cloud Build %s", self.id_)
+
+
+class CancellingDataprocBatchTrigger(_TimeoutAndCancel, DataprocBatchTrigger):
+    """The provider's DataprocBatchTrigger (it has no on_kill for batches), cancelling the batch's operation."""
+
+    def __init__(self, *, timeout_s: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.timeout_s = timeout_s
+        self.what = f"Dataproc batch {self.batch_id}"
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        _, kwargs = super().serialize()
+        return "gpuflow.triggers.cancelling.CancellingDataprocBatchTrigger", {**kwargs, "timeout_s": self.timeout_s}
+
+    async def on_kill(self) -> None:
+        from asgiref.sync import sync_to_async
+
+        def cancel() -> None:
+            hook = self.get_sync_hook()
+            batch = hook.get_batch(batch_id=self.batch_id, region=self.region, project_id=self.project_id)
+            if batch.operation:
+                hook.get_operations_client(self.region).cancel_operation(name=batch.operation)
+
+        await sync_to_async(cancel)()
+        self.log.info("requested the cancellation of Dataproc batch %s", self.batch_id)

@@ -1,0 +1,98 @@
+"""Wait for a Dataflow job's workers (or its end, or its stop) in the triggerer, on the provider's AsyncDataflowHook.
+
+Provider gap: its Dataflow triggers (``TemplateJobStartTrigger``, ``DataflowJobStatusTrigger``) wait for a job state.
+A GPU job is RUNNING long before a worker with a GPU exists, and stays RUNNING while Dataflow retries a zone
+with no free GPUs, so this trigger also reads the job's messages and autoscaling events
+(``gpuflow.platform.dataflow_watch``). Nor do the provider's Dataflow triggers cancel the job when a user kills
+the task (apache/airflow PR #69586, still open, adds that); this one does, in ``on_kill``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+#: API errors in a row that end the wait (one blip is retried at the next poll).
+MAX_POLL_ERRORS = 3
+
+
+class DataflowJobStartTrigger(BaseTrigger):
+    def __init__(self, project_id: str, location: str, job_id: str, until: str, timeout_s: float,
+                 gcp_conn_id: str = "google_cloud_default", impersonation_chain: Any = None,
+                 poll_interval_s: float = 10.0, cancel_on_kill: bool = True):
+        super().__init__()
+        self.project_id, self.location, self.job_id = project_id, location, job_id
+        self.until, self.timeout_s, self.poll_interval_s = until, timeout_s, poll_interval_s
+        self.gcp_conn_id, self.impersonation_chain, self.cancel_on_kill = gcp_conn_id, impersonation_chain, cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("gpuflow.triggers.dataflow.DataflowJobStartTrigger", {
+            "project_id": self.project_id, "location": self.location, "job_id": self.job_id, "until": self.until,
+            "timeout_s": self.timeout_s, "gcp_conn_id": self.gcp_conn_id,
+            "impersonation_chain": self.impersonation_chain, "poll_interval_s": self.poll_interval_s,
+            "cancel_on_kill": self.cancel_on_kill})
+
+    def _hook(self):
+        from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
+
+        return AsyncDataflowHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
+
+    async def _poll(self, hook) -> tuple[Any, list[Any], list[Any]]:
+        from google.cloud import dataflow_v1beta3
+
+        job = await hook.get_job(job_id=self.job_id, project_id=self.project_id, location=self.location)
+        if self.until == "stopped":
+            return job.current_state, [], []
+        pager = await hook.list_job_messages(
+            job_id=self.job_id, project_id=self.project_id, location=self.location,
+            minimum_importance=dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_DETAILED)
+        messages: list[Any] = []
+        events: list[Any] = []
+        async for page in pager.pages:
+            messages += page.job_messages
+            events += page.autoscaling_events
+        return job.current_state, messages, events
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from gpuflow.platform.dataflow_watch import DataflowStartWatch
+
+        hook, watch = self._hook(), DataflowStartWatch(self.job_id, self.until)  # type: ignore[arg-type]
+        started = time.monotonic()
+        errors = 0
+        while True:
+            try:
+                state, messages, events = await self._poll(hook)
+                errors = 0
+            except Exception as error:  # an API blip is retried; three in a row end the wait with the reason
+                errors += 1
+                self.log.warning("reading Dataflow job %s failed (%d/%d): %s", self.job_id, errors, MAX_POLL_ERRORS,
+                                 error)
+                if errors >= MAX_POLL_ERRORS:
+                    yield TriggerEvent({"status": "error", "job_id": self.job_id,
+                                        "message": f"reading Dataflow job {self.job_id} failed: {error}"})
+                    return
+            else:
+                outcome = watch.observe(state, messages, events, time.monotonic() - started)
+                if outcome is not None:
+                    yield TriggerEvent(outcome.event(job_id=self.job_id))
+                    return
+            if time.monotonic() - started > self.timeout_s:
+                yield TriggerEvent(watch.timed_out(self.timeout_s).event(job_id=self.job_id))
+                return
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred task: cancel the job, so that no GPU keeps billing."""
+        from google.cloud import dataflow_v1beta3
+
+        if not self.cancel_on_kill:
+            return
+        client = await self._hook().initialize_client(dataflow_v1beta3.JobsV1Beta3AsyncClient)
+        await client.update_job(request=dataflow_v1beta3.UpdateJobRequest(
+            project_id=self.project_id, location=self.location, job_id=self.job_id,
+            job=dataflow_v1beta3.Job(requested_state=dataflow_v1beta3.JobState.JOB_STATE_CANCELLED)))
+        self.log.info("task killed: requested the cancellation of Dataflow job %s", self.job_id)

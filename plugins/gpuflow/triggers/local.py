@@ -1,0 +1,73 @@
+"""Wait for one of the local profile's pipeline processes in the triggerer: the streaming pipeline until it runs,
+the GPU check until it ends. The process outlives the deferred task (it has its own session)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+#: Seconds between "still waiting" lines in the log.
+REPORT_EVERY_S = 10.0
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class LocalProcessTrigger(BaseTrigger):
+    def __init__(self, pid: int, log_path: str, until: str, timeout_s: float, poll_interval_s: float = 0.5):
+        super().__init__()
+        self.pid, self.log_path, self.until = pid, log_path, until
+        self.timeout_s, self.poll_interval_s = timeout_s, poll_interval_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("gpuflow.triggers.local.LocalProcessTrigger", {
+            "pid": self.pid, "log_path": self.log_path, "until": self.until, "timeout_s": self.timeout_s,
+            "poll_interval_s": self.poll_interval_s})
+
+    def _check(self) -> dict[str, Any] | None:
+        from gpuflow.emulators import process_alive
+        from gpuflow.platform.local import PIPELINE_RUNNING_MARKER
+
+        path = Path(self.log_path)
+        if self.until == "running" and path.exists() and PIPELINE_RUNNING_MARKER in path.read_text(errors="replace"):
+            return {"status": "reached", "message": f"the pipeline is running (pid {self.pid}, log {path})"}
+        if process_alive(self.pid):
+            return None
+        if self.until == "done":
+            return {"status": "reached", "message": f"process {self.pid} has ended"}
+        return {"status": "failed",
+                "message": f"the pipeline process {self.pid} exited before it ran. Log tail:\n{_log_tail(path)}"}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = last_report = time.monotonic()
+        while True:
+            event = self._check()
+            if event is not None:
+                yield TriggerEvent({**event, "job_id": str(self.pid)})
+                return
+            now = time.monotonic()
+            if now - started > self.timeout_s:
+                yield TriggerEvent({"status": "timeout", "job_id": str(self.pid), "message": (
+                    f"process {self.pid} did not reach {self.until} within {self.timeout_s:.0f}s; see {self.log_path}. "
+                    "Fix: raise local.pipeline_start_timeout_s, or read the log for the cause.")})
+                return
+            if now - last_report > REPORT_EVERY_S:
+                self.log.info("waiting for process %d to reach %s (%.0fs)", self.pid, self.until, now - started)
+                last_report = now
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred task: stop the process group (only if it still runs one of our scripts)."""
+        from gpuflow.emulators import stop_process_group
+        from gpuflow.platform.local import is_gpuflow_process
+
+        if is_gpuflow_process(self.pid):
+            await asyncio.to_thread(stop_process_group, self.pid)
+            self.log.info("task killed: stopped process group %d", self.pid)

@@ -1,0 +1,232 @@
+"""gpuflow's triggers, run as the triggerer runs them (their async run() and on_kill()), with Google's services
+faked under the provider's async hooks and the local profile's processes real."""
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from google.cloud import aiplatform_v1, dataflow_v1beta3
+from google.cloud.devtools import cloudbuild_v1
+
+from gpuflow.config import load_config
+from gpuflow.emulators import process_alive
+from gpuflow.platform import JobHandle
+from gpuflow.platform.local import PIPELINE_RUNNING_MARKER
+from gpuflow.triggers import job_trigger
+from tests.gcp_fakes import (
+    BATCH_SUCCEEDS,
+    EXHAUSTED,
+    LAUNCH_FAILS,
+    STREAMING_STARTS,
+    STREAMING_STARTS_BY_AUTOSCALING,
+    ZONE_EXHAUSTED,
+    FakeCloudBuild,
+    FakeGoogleCloud,
+    FakeJob,
+    FakeVertex,
+    Importance,
+    JobState,
+)
+from tests.helpers import GCP_TEST_PROJECT, first_event
+
+
+def gcp_config(*overrides):
+    return load_config("configs/gcp.example.yaml", overrides=[
+        f"project={GCP_TEST_PROJECT}", "dataflow.poll_interval_s=0.001", *overrides])
+
+
+@pytest.fixture
+def cloud(monkeypatch, gcp_connection):
+    """The fakes under the provider's hooks."""
+    return FakeGoogleCloud().install(monkeypatch)
+
+
+def dataflow_job(cloud, script, location="us-central1") -> JobHandle:
+    job = FakeJob(id=f"job-{len(cloud.dataflow.jobs) + 1}", name="gf-0123456789-llm-inference-us-central1-l4",
+                  location=location, gcs_path="gs://b/t.json", script=script)
+    cloud.dataflow.jobs[job.id] = job
+    return JobHandle(kind="dataflow", id=job.id, name=job.name, location=location)
+
+
+def dataflow_trigger(cloud, script, until="running", timeout_s=5.0):
+    handle = dataflow_job(cloud, script)
+    return handle, job_trigger(gcp_config(), handle, until, timeout_s)
+
+
+# -- Dataflow: workers started, done, stopped, or the reason it will not ----------------------------------------
+
+
+def test_a_streaming_job_is_running_once_its_workers_have_started(cloud):
+    handle, trigger = dataflow_trigger(cloud, STREAMING_STARTS)
+    event = first_event(trigger)
+    assert event["status"] == "reached" and "workers have started" in event["message"]
+    polled = cloud.dataflow.calls("get_job")
+    assert len(polled) == len(STREAMING_STARTS)  # RUNNING alone was not enough: it waited for the workers
+    assert all(r.job_id == handle.id and r.project_id == GCP_TEST_PROJECT and r.location == "us-central1"
+               for r in polled)
+
+
+def test_start_messages_are_read_at_detailed_importance(cloud):
+    """Dataflow may write "Workers have started successfully." at DETAILED: asking for BASIC would miss it."""
+    first_event(dataflow_trigger(cloud, STREAMING_STARTS)[1])
+    requests = cloud.dataflow.calls("list_job_messages")
+    assert requests and all(Importance(r.minimum_importance) == Importance.JOB_MESSAGE_DETAILED for r in requests)
+
+
+def test_workers_seen_only_in_autoscaling_events_count_as_started(cloud):
+    assert first_event(dataflow_trigger(cloud, STREAMING_STARTS_BY_AUTOSCALING)[1])["status"] == "reached"
+    assert len(cloud.dataflow.calls("get_job")) == len(STREAMING_STARTS_BY_AUTOSCALING)  # 0 workers was not enough
+
+
+def test_a_worker_pool_message_that_is_no_dataflow_wording_does_not_count(cloud):
+    script = [(JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_BASIC, "Worker pool started.")])]
+    event = first_event(dataflow_trigger(cloud, script, timeout_s=0.05)[1])
+    assert event["status"] == "timeout" and "no worker activity has been seen" in event["message"]
+
+
+def test_a_failed_job_ends_the_wait_with_dataflows_message_and_the_fix(cloud):
+    event = first_event(dataflow_trigger(cloud, LAUNCH_FAILS)[1])
+    assert event["status"] == "failed"
+    assert "JOB_STATE_FAILED" in event["message"] and "unknown opcode" in event["message"]
+    assert "different Python minor versions" in event["message"]
+
+
+def test_an_exhausted_zone_ends_the_wait_at_once_even_while_the_job_says_running(cloud):
+    event = first_event(dataflow_trigger(cloud, ZONE_EXHAUSTED)[1])
+    assert event["status"] == "failed" and EXHAUSTED in event["message"] and "gpu.fallbacks" in event["message"]
+
+
+def test_region_wide_exhaustion_wording_ends_the_wait_too(cloud):
+    region_wide = ("Startup of the worker pool in us-central1 failed to bring up any of the desired 1 workers. "
+                   "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS: Instance 'x' creation failed.")
+    script = [(JobState.JOB_STATE_RUNNING, [(Importance.JOB_MESSAGE_ERROR, region_wide)])]
+    event = first_event(dataflow_trigger(cloud, script)[1])
+    assert event["status"] == "failed" and "gpu.fallbacks" in event["message"]
+
+
+def test_workers_that_never_start_time_out_with_the_guides_advice(cloud):
+    event = first_event(dataflow_trigger(cloud, [(JobState.JOB_STATE_RUNNING, [])], timeout_s=0.05)[1])
+    assert event["status"] == "timeout"
+    assert "no worker activity has been seen" in event["message"] and "disk_size_gb" in event["message"]
+
+
+def test_a_batch_job_is_waited_for_until_done(cloud):
+    event = first_event(dataflow_trigger(cloud, BATCH_SUCCEEDS, until="done")[1])
+    assert event["status"] == "reached" and len(cloud.dataflow.calls("get_job")) == len(BATCH_SUCCEEDS)
+
+
+def test_a_stopping_job_is_waited_for_until_it_has_stopped(cloud):
+    script = [(JobState.JOB_STATE_CANCELLING, []), (JobState.JOB_STATE_CANCELLING, []),
+              (JobState.JOB_STATE_CANCELLED, [])]
+    event = first_event(dataflow_trigger(cloud, script, until="stopped")[1])
+    assert event["status"] == "reached" and "JOB_STATE_CANCELLED" in event["message"]
+    assert cloud.dataflow.calls("list_job_messages") == []  # a stop needs the state only
+
+
+def test_api_errors_are_retried_then_end_the_wait(cloud):
+    handle, trigger = dataflow_trigger(cloud, STREAMING_STARTS)
+    del cloud.dataflow.jobs[handle.id]  # every get_job now answers NotFound
+    event = first_event(trigger)
+    assert event["status"] == "error" and "not found" in event["message"]
+    assert len(cloud.dataflow.calls("get_job")) == 3
+
+
+def test_on_kill_cancels_the_dataflow_job(cloud):
+    handle, trigger = dataflow_trigger(cloud, STREAMING_STARTS)
+    asyncio.run(trigger.on_kill())
+    (update,) = cloud.dataflow.calls("update_job")
+    assert (update.job_id, update.location, update.project_id) == (handle.id, "us-central1", GCP_TEST_PROJECT)
+    assert JobState(update.job.requested_state) == dataflow_v1beta3.JobState.JOB_STATE_CANCELLED
+
+
+# -- Vertex AI and Cloud Build: the provider's triggers, with on_kill and a timeout ---------------------------------
+
+
+def vertex_handle():
+    name = f"projects/{GCP_TEST_PROJECT}/locations/us-central1/customJobs/4411"
+    return JobHandle(kind="vertex-custom-job", id="4411", name=name, location="us-central1")
+
+
+def test_the_export_trigger_is_the_providers_custom_job_trigger(cloud):
+    from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
+
+    trigger = job_trigger(gcp_config(), vertex_handle(), "done", 30)
+    assert isinstance(trigger, CustomJobTrigger)
+    event = first_event(trigger)
+    assert event["status"] == "success" and event["custom_job"]["name"].endswith("/customJobs/4411")
+    polls = [r for n, r in cloud.vertex.requests if n == "get_custom_job"]
+    assert all(isinstance(r, aiplatform_v1.GetCustomJobRequest) for r in polls) and len(polls) == 2
+
+
+def test_an_export_that_outlasts_its_timeout_is_cancelled(cloud):
+    cloud.vertex = FakeVertex(running_polls=10**6)
+    event = first_event(job_trigger(gcp_config(), vertex_handle(), "done", 0.5))
+    assert event["status"] == "error" and "did not finish within 0s and was cancelled" in event["message"]
+    ((_, cancel),) = [r for r in cloud.vertex.requests if r[0] == "cancel_custom_job"]
+    assert cancel.name == vertex_handle().name
+
+
+def test_a_failed_build_ends_with_cloud_builds_detail_and_a_killed_one_is_cancelled(cloud):
+    detail = 'Build step 0 "gcr.io/cloud-builders/docker" failed: step exited with non-zero status: 1'
+    cloud.build = FakeCloudBuild(cloud.registry, fail_with=detail)
+    cloud.build.create_build(cloudbuild_v1.CreateBuildRequest(build=cloudbuild_v1.Build(images=["img:tag"])))
+    handle = JobHandle(kind="cloud-build", id="b7e1c0de", name="b7e1c0de", location="us-central1")
+    trigger = job_trigger(gcp_config("dataflow.poll_interval_s=0.01"), handle, "done", 30)
+    assert first_event(trigger) == {"status": "error", "message": detail}
+    asyncio.run(trigger.on_kill())
+    ((_, cancel),) = [r for r in cloud.build.requests if r[0] == "cancel_build"]
+    assert (cancel.id, cancel.project_id) == ("b7e1c0de", GCP_TEST_PROJECT)
+
+
+# -- the local profile's processes -----------------------------------------------------------------------------
+
+
+def start_process(tmp_path, body: str) -> JobHandle:
+    """A process whose command line names llm_inference.py (so on_kill may stop it), logging to a file."""
+    script = tmp_path / "llm_inference.py"
+    script.write_text(textwrap.dedent(body))
+    log_path = tmp_path / "pipeline.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, str(script)], stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    return JobHandle(kind="local-process", id=str(process.pid), name="pipeline", location=str(log_path)), process
+
+
+def test_a_local_pipeline_is_running_once_it_logs_so(tmp_path):
+    handle, process = start_process(tmp_path, f"""
+        import time
+        time.sleep(0.3)
+        print({PIPELINE_RUNNING_MARKER!r}, flush=True)
+        time.sleep(60)
+    """)
+    try:
+        event = first_event(job_trigger(load_config(None), handle, "running", 30))
+        assert event["status"] == "reached" and process.poll() is None
+    finally:
+        process.kill()
+
+
+def test_a_local_pipeline_that_exits_fails_with_its_log_tail(tmp_path):
+    handle, process = start_process(tmp_path, "raise SystemExit('ModuleNotFoundError: no module named torch')")
+    process.wait()
+    event = first_event(job_trigger(load_config(None), handle, "running", 30))
+    assert event["status"] == "failed" and "no module named torch" in event["message"]
+
+
+def test_a_local_gpu_check_is_done_when_its_process_has_ended(tmp_path):
+    handle, process = start_process(tmp_path, "import time; time.sleep(0.3)")
+    assert first_event(job_trigger(load_config(None), handle, "done", 30))["status"] == "reached"
+
+
+def test_on_kill_stops_the_local_process(tmp_path):
+    handle, process = start_process(tmp_path, "import time; time.sleep(60)")
+    deadline = time.monotonic() + 10
+    while b"llm_inference.py" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline
+    asyncio.run(job_trigger(load_config(None), handle, "running", 30).on_kill())
+    process.wait(timeout=15)
+    assert not process_alive(process.pid)
