@@ -155,7 +155,10 @@ class FakeDataflow:
         job = self.jobs.get(request.job_id)
         if job is None:
             raise NotFound(f"(bb5c) Job {request.job_id} not found")
-        return dataflow_v1beta3.Job(id=job.id, name=job.name, location=job.location, current_state=job.advance())
+        kind = dataflow_v1beta3.JobType.JOB_TYPE_STREAMING if "llm-inference" in job.name else \
+            dataflow_v1beta3.JobType.JOB_TYPE_BATCH
+        return dataflow_v1beta3.Job(id=job.id, name=job.name, location=job.location, current_state=job.advance(),
+                                    type_=kind)
 
     def update_job(self, request):
         assert isinstance(request, dataflow_v1beta3.UpdateJobRequest)
@@ -196,6 +199,90 @@ class FakeDataflow:
 
     def calls(self, method: str) -> list[Any]:
         return [request for name, request in self.requests if name == method]
+
+
+class FakeDataflowRest:
+    """Dataflow's REST API as the provider's DataflowHook reaches it (the discovery client its get_conn() builds).
+
+    Each call becomes the GAPIC request of the same method through the API's own JSON mapping (a field the API does
+    not have fails the test), FakeDataflow answers it, and the answer goes back as the REST JSON the hook reads."""
+
+    def __init__(self, dataflow: FakeDataflow):
+        self.dataflow = dataflow
+        self._resource = ""
+
+    @staticmethod
+    def _check(resource: str, method: str, arguments: dict) -> None:
+        """The call's method and parameters must be in Dataflow's own discovery document (googleapiclient's copy)."""
+        import googleapiclient
+
+        document = json.loads((Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
+                               / "dataflow.v1b3.json").read_text())
+        spec = document["resources"]["projects"]["resources"]["locations"]["resources"][resource]["methods"][method]
+        unknown = set(arguments) - set(spec.get("parameters", {})) - {"body"}
+        assert not unknown, f"projects.locations.{resource}.{method} has no parameters {unknown}"
+        assert set(spec.get("parameterOrder", [])) <= set(arguments), (method, spec["parameterOrder"], arguments)
+
+    def _at(self, resource: str) -> FakeDataflowRest:
+        at = FakeDataflowRest(self.dataflow)
+        at._resource = resource
+        return at
+
+    def projects(self):
+        return self
+
+    def locations(self):
+        return self
+
+    def templates(self):
+        return self._at("templates")
+
+    def flexTemplates(self):  # noqa: N802 - the discovery client's name
+        return self._at("flexTemplates")
+
+    def jobs(self):
+        return self._at("jobs")
+
+    @staticmethod
+    def _json(message) -> dict:
+        return type(message).to_dict(message, preserving_proto_field_name=False, use_integers_for_enums=False)
+
+    def _call(self, answer):
+        def execute(num_retries=0):
+            from googleapiclient.errors import HttpError
+            from httplib2 import Response
+
+            try:
+                return answer()
+            except NotFound as missing:
+                raise HttpError(Response({"status": 404}), str(missing).encode()) from None
+
+        return SimpleNamespace(execute=execute)
+
+    def launch(self, projectId, location, body, gcsPath=None):  # noqa: N803 - the REST parameters' names
+        self._check(self._resource, "launch", {"projectId": projectId, "location": location, "body": body,
+                                               **({"gcsPath": gcsPath} if gcsPath else {})})
+        if self._resource == "templates":
+            request = dataflow_v1beta3.LaunchTemplateRequest(
+                project_id=projectId, location=location, gcs_path=gcsPath,
+                launch_parameters=dataflow_v1beta3.LaunchTemplateParameters.from_json(json.dumps(body)))
+            return self._call(lambda: {"job": self._json(self.dataflow.launch_template(request).job)})
+        assert self._resource == "flexTemplates"
+        request = dataflow_v1beta3.LaunchFlexTemplateRequest.from_json(
+            json.dumps({"projectId": projectId, "location": location, **body}))
+        return self._call(lambda: {"job": self._json(self.dataflow.launch_flex_template(request).job)})
+
+    def get(self, projectId, location, jobId, view=None):  # noqa: N803
+        self._check(self._resource, "get", {"projectId": projectId, "location": location, "jobId": jobId})
+        request = dataflow_v1beta3.GetJobRequest(project_id=projectId, location=location, job_id=jobId)
+        return self._call(lambda: self._json(self.dataflow.get_job(request)))
+
+    def update(self, projectId, location, jobId, body):  # noqa: N803
+        self._check(self._resource, "update", {"projectId": projectId, "location": location, "jobId": jobId,
+                                               "body": body})
+        request = dataflow_v1beta3.UpdateJobRequest(project_id=projectId, location=location, job_id=jobId,
+                                                    job=dataflow_v1beta3.Job.from_json(json.dumps(body)))
+        return self._call(lambda: self._json(self.dataflow.update_job(request)))
 
 
 class FakeWorkers:
@@ -464,6 +551,8 @@ class TypedClient:
     the real client class, and a method the fake does not answer fails the test."""
 
     def __init__(self, fake: Any, requests: dict[str, type], real_class: type):
+        missing = [method for method in requests if not callable(getattr(real_class, method, None))]
+        assert not missing, f"{real_class.__name__} has no {missing}"  # answer only what the real client has
         self._fake, self._requests, self._real_class = fake, requests, real_class
 
     def _typed(self, method: str, request: Any) -> Any:
@@ -495,17 +584,29 @@ class AsyncTypedClient(TypedClient):
 
                 return pagers.ListJobMessagesAsyncPager(method=no_next_page, request=answer._request,
                                                         response=answer._response)
+            if isinstance(answer, list):  # a one-page listing, iterated as the async pager is
+                return _AsyncItems(answer)
             return answer
 
         return call
+
+
+class _AsyncItems:
+    def __init__(self, items: list):
+        self.items = items
+
+    async def __aiter__(self):
+        for item in self.items:
+            yield item
 
 
 class FakeGoogleCloud:
     """Google Cloud's control planes, installed at the client boundary.
 
     It stands in for gpuflow.platform.gcp_clients.GcpClients (the clients gpuflow makes itself), and sits under
-    the provider's hooks that gpuflow calls (CustomJobHook, CloudBuildHook, AsyncDataflowHook, CustomJobAsyncHook,
-    CloudBuildAsyncHook), in place of the GAPIC clients they make, so the hooks' and triggers' own code runs."""
+    the provider's hooks that gpuflow calls (CustomJobHook, CloudBuildHook, DataflowHook, AsyncDataflowHook,
+    CustomJobAsyncHook, CloudBuildAsyncHook), in place of the clients they make, so the hooks' and triggers' own
+    code runs."""
 
     def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
                  projects=None, accelerator_types=None):
@@ -522,7 +623,7 @@ class FakeGoogleCloud:
 
     def install(self, monkeypatch) -> FakeGoogleCloud:
         from airflow.providers.google.cloud.hooks import cloud_build
-        from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
+        from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook, DataflowHook
         from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobAsyncHook, CustomJobHook
         from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobServiceClient
 
@@ -534,10 +635,12 @@ class FakeGoogleCloud:
         async def vertex_async(hook, region=None):
             return AsyncTypedClient(cloud.vertex, VERTEX_REQUESTS, JobServiceAsyncClient)
 
-        async def dataflow_async(hook, client_class):
-            return AsyncTypedClient(cloud.dataflow, DATAFLOW_REQUESTS, client_class)
+        async def dataflow_async(hook, client_class):  # each Dataflow client answers its own methods only
+            return AsyncTypedClient(cloud.dataflow, {method: request for method, request in DATAFLOW_REQUESTS.items()
+                                                     if hasattr(client_class, method)}, client_class)
 
         monkeypatch.setattr(CustomJobAsyncHook, "get_job_service_client", vertex_async)
+        monkeypatch.setattr(DataflowHook, "get_conn", lambda hook: FakeDataflowRest(cloud.dataflow))
         monkeypatch.setattr(AsyncDataflowHook, "initialize_client", dataflow_async)
         monkeypatch.setattr(cloud_build.CloudBuildHook, "get_conn", lambda hook, location="global": TypedClient(
             cloud.build, CLOUD_BUILD_REQUESTS, cloudbuild_v1.CloudBuildClient))
@@ -552,8 +655,6 @@ class FakeGoogleCloud:
 
     def dataflow_jobs(self):
         return self.dataflow
-
-    dataflow_messages = dataflow_templates = dataflow_flex_templates = dataflow_jobs
 
     def artifact_registry(self):
         return self.registry
@@ -570,8 +671,9 @@ class FakeGoogleCloud:
     def impersonation_chain(self):
         return list(self.chain)
 
-    def monitoring(self):
-        return self.metrics
+    def monitoring_async(self):
+        return AsyncTypedClient(self.metrics, {"list_time_series": monitoring_v3.ListTimeSeriesRequest},
+                                monitoring_v3.MetricServiceAsyncClient)
 
 
 def gcp_test_environment(emulator_env: dict[str, str], project: str, conn_id: str) -> dict[str, str]:

@@ -51,13 +51,13 @@ def bucket(gcs_bucket):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_staged_streaming_job_request(case, bucket):
+def test_the_staged_streaming_job_request(case, bucket, monkeypatch):
     expected = CASES[case]
     config = gcp_config(*expected["overrides"])
     assert not has_errors(run_preflight(config, check_environment=False))
     names = resource_names(config, f"gf-req{case}0001")
     job_name = job_name_for(names, config, "llm-inference")
-    fake = FakeGoogleCloud()
+    fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
     platform = GcpPlatform(config, clients=fake)
 
     template_uri, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names), names, IMAGE,
@@ -95,10 +95,10 @@ def test_the_staged_streaming_job_request(case, bucket):
     assert handle.id == fake.dataflow.jobs[handle.id].id and handle.location == "us-central1"
 
 
-def test_a_container_python_other_than_the_launchers_is_refused_before_launch(bucket):
+def test_a_container_python_other_than_the_launchers_is_refused_before_launch(bucket, monkeypatch):
     config = gcp_config("model.name=google/flan-t5-large", "python_version=3.12")
     names = resource_names(config, "gf-reqpy000001")
-    fake = FakeGoogleCloud()
+    fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
     with pytest.raises(DataflowJobFailed, match="unknown opcode"):
         GcpPlatform(config, clients=fake).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
     assert fake.dataflow.requests == []

@@ -36,12 +36,12 @@ def gcp_config(*overrides):
         f"project={GCP_TEST_PROJECT}", f"bucket={BUCKET}", "model.name=google/flan-t5-large", *overrides])
 
 
-def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs):
+def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs, monkeypatch):
     from apache_beam.portability.api import beam_runner_api_pb2
 
     config = gcp_config("gpu.request=resource_hint")
     names = resource_names(config, "gf-modehint01")
-    platform = GcpPlatform(config, clients=FakeGoogleCloud())
+    platform = GcpPlatform(config, clients=FakeGoogleCloud().install(monkeypatch))
     _, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names), names, IMAGE,
                                          job_name_for(names, config, "llm-inference"), streaming=True)
     environment = request["environment"]
@@ -65,11 +65,11 @@ def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs):
     assert {"ToRecord", "Validate", "AnswerMessages", "DeadLetterMessages"} <= unhinted, unhinted
 
 
-def test_flex_template_launch_request_and_template_file(gcs):
+def test_flex_template_launch_request_and_template_file(gcs, monkeypatch):
     config = gcp_config("launch.mode=flex_template", "gpu.sharing=mps", "gpu.machine_type=g2-standard-8",
                         "dataflow.service_account=sa@gpuflow-gcp-test.iam.gserviceaccount.com")
     names = resource_names(config, "gf-modeflex01")
-    fake = FakeGoogleCloud()
+    fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
     handle = GcpPlatform(config, clients=fake).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
 
     (request,) = fake.dataflow.calls("launch_flex_template")
@@ -94,7 +94,7 @@ def test_flex_template_launch_request_and_template_file(gcs):
     assert fake.dataflow.calls("launch_template") == []  # nothing staged from Airflow's own Beam
 
 
-def test_the_flex_launchers_command_line_stages_the_job(gcs, gcp_env):
+def test_the_flex_launchers_command_line_stages_the_job(gcs, gcp_env, monkeypatch):
     """flex_main.py, called as the launcher calls it (every parameter as --name=value, plus the runner's
     options), stages the same streaming job request."""
     config = gcp_config("launch.mode=flex_template")

@@ -73,8 +73,9 @@ def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine,
     ("drain", STREAMING_STARTS, "JOB_STATE_DRAINED"),
     ("drain", [(JobState.JOB_STATE_PENDING, [])], "JOB_STATE_CANCELLED"),  # a job not yet running cannot drain
 ])
-def test_stop_cancels_or_drains(action, script, requested):
-    fake = FakeGoogleCloud()
+def test_stop_cancels_or_drains(action, script, requested, monkeypatch, gcp_connection):
+    """Through the provider's DataflowHook (the fake sits under its REST client)."""
+    fake = FakeGoogleCloud().install(monkeypatch)
     handle = running_job(fake, script)
     fake.dataflow.jobs[handle.id].step = len(script) - 2  # the next poll sees the script's last state
     assert platform_with(fake, f"dataflow.stop_action={action}").stop_pipeline(handle) is True
@@ -83,8 +84,8 @@ def test_stop_cancels_or_drains(action, script, requested):
     assert (update.job_id, dataflow_v1beta3.JobState(update.job.requested_state).name) == (handle.id, requested)
 
 
-def test_stop_leaves_a_finished_job_alone():
-    fake = FakeGoogleCloud()
+def test_stop_leaves_a_finished_job_alone(monkeypatch, gcp_connection):
+    fake = FakeGoogleCloud().install(monkeypatch)
     handle = running_job(fake, BATCH_SUCCEEDS)
     fake.dataflow.jobs[handle.id].step = len(BATCH_SUCCEEDS) - 1
     assert platform_with(fake).stop_pipeline(handle) is False
@@ -186,10 +187,10 @@ def test_on_kill_cancels_the_vertex_job_and_the_build(monkeypatch, gcp_connectio
     assert (cancel_build.id, cancel_build.project_id) == ("b7e1c0de", GCP_TEST_PROJECT)
 
 
-def test_launch_on_kill_cancels_the_dataflow_job():
+def test_launch_on_kill_cancels_the_dataflow_job(monkeypatch, gcp_connection):
     from gpuflow.operators.streaming import LaunchPipelineOperator
 
-    fake = FakeGoogleCloud(dataflow=FakeDataflow())
+    fake = FakeGoogleCloud(dataflow=FakeDataflow()).install(monkeypatch)
     platform = platform_with(fake)
     operator = LaunchPipelineOperator(task_id="launch")
     operator._platform, operator._handle = platform, running_job(fake, STREAMING_STARTS)

@@ -15,7 +15,7 @@ from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
 from tests.gcp_fakes import FakeGoogleCloud, FakeMonitoring
-from tests.helpers import GCP_TEST_PROJECT
+from tests.helpers import GCP_TEST_PROJECT, first_event
 
 L4 = "type:nvidia-l4;count:1;install-nvidia-driver"
 
@@ -101,9 +101,18 @@ def handle():
     return JobHandle(kind="dataflow", id="2026-11-29_01_02_03-77", name="gf-x-llm-inference", location="us-central1")
 
 
-def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window():
+def read_usage(monkeypatch, fake, config) -> dict:
+    """The smoke test's GPU-usage read, as its trigger does it in the triggerer (Monitoring faked at its client)."""
+    from gpuflow.triggers.monitoring import gpu_usage_trigger
+
+    fake.install(monkeypatch)
+    event = first_event(gpu_usage_trigger(config, handle().id, 1_795_000_000, 1_795_000_300))
+    return event["usage"]
+
+
+def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window(monkeypatch):
     fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=63, memory=41, empty_polls=1))
-    usage = GcpPlatform(gcp_config(), clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
+    usage = read_usage(monkeypatch, fake, gcp_config())
     assert (usage["max_utilization"], usage["max_memory_utilization"], usage["samples"]) == (0.63, 0.41, 4)
     request = fake.metrics.requests[-1]
     assert isinstance(request, monitoring_v3.ListTimeSeriesRequest) and request.name == f"projects/{GCP_TEST_PROJECT}"
@@ -115,10 +124,10 @@ def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window():
 
 
 @pytest.mark.parametrize(("setting", "raises"), [("fail", True), ("warn", False), ("ignore", False)])
-def test_zero_utilisation_fails_or_warns_as_configured(setting, raises, caplog):
+def test_zero_utilisation_fails_or_warns_as_configured(setting, raises, caplog, monkeypatch):
     fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=0, memory=2, empty_polls=0))
     config = gcp_config(f"smoke_test.gpu_usage={setting}")
-    usage = GcpPlatform(config, clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
+    usage = read_usage(monkeypatch, fake, config)
     if raises:
         with pytest.raises(NoGpuUsage, match="0% utilisation.*require_gpu: true"):
             check_gpu_usage(config, usage)
@@ -127,10 +136,10 @@ def test_zero_utilisation_fails_or_warns_as_configured(setting, raises, caplog):
         assert ("0% utilisation" in caplog.text) is (setting == "warn")
 
 
-def test_metrics_that_never_arrive_are_said_and_do_not_fail(caplog):
+def test_metrics_that_never_arrive_are_said_and_do_not_fail(caplog, monkeypatch):
     fake = FakeGoogleCloud(monitoring=FakeMonitoring(empty_polls=10_000))
     config = gcp_config("smoke_test.gpu_usage_timeout_s=0.01")
-    usage = GcpPlatform(config, clients=fake).gpu_usage(handle(), 1_795_000_000, 1_795_000_300)
+    usage = read_usage(monkeypatch, fake, config)
     check_gpu_usage(config, usage)
     assert "no GPU metrics for job" in caplog.text
 
@@ -182,7 +191,7 @@ def test_preflight_compares_the_launch_environment_only_in_direct_mode():
     assert list(launch_environment_matches_container(gcp_config(*drifted, "launch.mode=flex_template"))) == []
 
 
-def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypatch):
+def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypatch, gcp_connection):
     import json
 
     from google.cloud import dataflow_v1beta3
@@ -199,8 +208,8 @@ def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypat
 
     config = gcp_config(*overrides[1:])
     names = resource_names(config, run_prefix("llm_streaming_inference", "manual__7"))
-    fake = FakeGoogleCloud()
-    platform = GcpPlatform(config, clients=fake)
+    fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's DataflowHook
+    platform = GcpPlatform(config)
     monkeypatch.setattr(platform, "_gcs", lambda: type("Uploads", (), {"upload": lambda *a, **k: None})())
     image = printed.launch_parameter.environment.sdk_container_image
     platform.launch_pipeline(pipeline_argv(config, names), names, image)

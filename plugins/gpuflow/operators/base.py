@@ -111,16 +111,20 @@ class GpuflowStepOperator(BaseOperator):
     def defer_on(self, context: Any, config, platform, handle, until: str, timeout_s: float | None = None,
                  **carry: Any) -> None:
         """Give the worker slot back until the job of ``handle`` reaches ``until``; ``resume_step`` gets ``carry``."""
-        from datetime import timedelta
-
         from gpuflow.triggers import job_trigger
 
         seconds = timeout_s if timeout_s is not None else platform.job_timeout_s(until)
         log.info("deferring until %s %s is %s (up to %.0fs)", handle.kind, handle.name, until, seconds)
-        context["ti"].xcom_push(key=RESUME_KEY, value={"handle": handle.to_xcom(), **carry})
+        self.defer_with(context, job_trigger(config, handle, until, seconds), seconds, handle=handle.to_xcom(),
+                        **carry)
+
+    def defer_with(self, context: Any, trigger: Any, timeout_s: float, **carry: Any) -> None:
+        """Defer to ``trigger``; ``resume_step`` gets its event and ``carry`` (kept in the task's XCom)."""
+        from datetime import timedelta
+
+        context["ti"].xcom_push(key=RESUME_KEY, value=carry)
         # The trigger ends its own wait with the reason; Airflow's timeout is only the backstop above it.
-        self.defer(trigger=job_trigger(config, handle, until, seconds), method_name="resume",
-                   timeout=timedelta(seconds=seconds + 300))
+        self.defer(trigger=trigger, method_name="resume", timeout=timedelta(seconds=timeout_s + 300))
 
     def run_step(self, config, names, platform, context: Any) -> Any:
         raise NotImplementedError

@@ -230,16 +230,36 @@ def _pushed_handle(context: Any, launch_task_id: str):
 
 
 class SmokeTestOperator(GpuflowStepOperator):
-    """Asks the pipeline questions; on gcp then checks that its GPUs really worked (Cloud Monitoring)."""
+    """Asks the pipeline questions, then checks that its GPUs really worked: nvidia-smi here, or Cloud Monitoring on
+    gcp, where the task defers until the job's GPU metrics have arrived (they lag)."""
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.steps.smoke import NoGpuUsage, smoke_test
+        from gpuflow.steps.smoke import smoke_test
+
+        result = smoke_test(config, names, platform.conn_id)
+        handle = _pushed_handle(context, self.launch_task_id)
+        if config.profile == "gcp" and handle is not None:
+            from gpuflow.triggers.monitoring import gpu_usage_trigger
+
+            started, ended = result["window"]
+            self.defer_with(context, gpu_usage_trigger(config, handle.id, started, ended),
+                            config.smoke_test.gpu_usage_timeout_s, result=result)
+        usage = platform.gpu_usage(handle, *result["window"]) if config.profile == "local" else {
+            "source": "cloud-monitoring", "note": "no Dataflow job handle (launch pushed none)"}
+        return self._checked(config, result, usage)
+
+    def resume_step(self, config, names, platform, context, event, result, **_):
+        return self._checked(config, result, event["usage"])
+
+    @staticmethod
+    def _checked(config, result, usage):
+        from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
 
         try:
-            return smoke_test(config, names, platform.conn_id, platform=platform,
-                              handle=_pushed_handle(context, self.launch_task_id))
+            check_gpu_usage(config, usage)
         except NoGpuUsage as error:
             raise AirflowFailException(str(error)) from None
+        return {**result, "gpu_usage": usage}
 
 
 class CleanupOperator(GpuflowStepOperator):

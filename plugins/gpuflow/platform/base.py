@@ -80,8 +80,5 @@ class Platform(Protocol):
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Jobs of this run found without a handle (for cleanup after a failed launch)."""
 
-    def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:
-        """How busy the job's GPUs were over [started, ended] (epoch seconds): Cloud Monitoring, or nvidia-smi."""
-
     def gpu_capacity(self) -> dict[str, Any]:
         """GPUs this profile can use: local devices, or regional quota headroom."""

@@ -4,7 +4,8 @@
 - image: Cloud Build into Artifact Registry (gcp_build.CloudBuildImages);
 - Dataflow jobs: staged by Beam, started by the Templates or Flex Templates API, watched, stopped
   (gcp_dataflow.DataflowJobs; their options in dataflow_options);
-- here: the GPU check job (started here; its task defers on gpuflow.triggers.dataflow), the GPU usage from Cloud Monitoring and the quota from Compute Engine.
+- here: the GPU check job (started here; its task defers on gpuflow.triggers.dataflow) and the quota from Compute
+  Engine. The GPU usage is read from Cloud Monitoring in the smoke test's trigger (gpuflow.triggers.monitoring).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import JobHandle
-from gpuflow.platform.dataflow_options import gpu_metric_filter, job_name_for
+from gpuflow.platform.dataflow_options import job_name_for
 from gpuflow.platform.gcp_build import CloudBuildImages
 from gpuflow.platform.gcp_dataflow import DataflowJobs
 from gpuflow.platform.gcp_vertex import VertexExport
@@ -38,44 +39,6 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
         report_uri = names.gcs_uri("gpu-check", "report.json")
         report = json.loads(self._gcs().download(names.bucket, report_uri.removeprefix(f"gs://{names.bucket}/")))
         return {**report, "job_id": handle.id}
-
-    def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:
-        """The job's GPU and GPU memory utilisation over [started, ended] (epoch seconds), from Cloud Monitoring.
-
-        Dataflow's workers send their GPU metrics with a delay, so this waits (smoke_test.gpu_usage_timeout_s)
-        until both series have points in the window."""
-        from google.cloud import monitoring_v3
-
-        if handle is None:
-            return {"source": "cloud-monitoring", "note": "no Dataflow job handle (launch pushed none)"}
-        smoke = self.config.smoke_test
-        interval = monitoring_v3.TimeInterval(start_time={"seconds": int(started)}, end_time={"seconds": int(ended) + 1})
-        readings: dict[str, list[float]] = {}
-
-        def read_all() -> bool:
-            for label, metric in (("utilization", smoke.gpu_utilization_metric),
-                                  ("memory_utilization", smoke.gpu_memory_metric)):
-                series = self.clients.monitoring().list_time_series(request=monitoring_v3.ListTimeSeriesRequest(
-                    name=f"projects/{self.config.project}",
-                    filter=gpu_metric_filter(metric, handle.id),
-                    interval=interval, view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL))
-                # INT64 percent (the metrics list), read as a fraction like nvidia-smi's readings.
-                readings[label] = [(point.value.int64_value or point.value.double_value) / 100
-                                   for one in series for point in one.points]
-            if all(readings.values()):
-                return True
-            log.info("waiting for the GPU metrics of job %s to reach Cloud Monitoring", handle.id)
-            return False
-
-        try:
-            self._wait("GPU metrics", smoke.gpu_usage_timeout_s, read_all)
-        except TimeoutError:
-            return {"source": "cloud-monitoring", "job_id": handle.id, "samples": 0,
-                    "note": f"no GPU metrics for job {handle.id} within {smoke.gpu_usage_timeout_s:.0f}s"}
-        return {"source": "cloud-monitoring", "job_id": handle.id, "samples": len(readings["utilization"]),
-                "max_utilization": max(readings["utilization"]),
-                "mean_utilization": sum(readings["utilization"]) / len(readings["utilization"]),
-                "max_memory_utilization": max(readings["memory_utilization"])}
 
     def zones_offering(self, gpu_type: str, region: str) -> list[str]:
         """The region's zones that offer the GPU type now, from Compute Engine (preflight's region check)."""

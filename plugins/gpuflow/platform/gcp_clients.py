@@ -1,10 +1,10 @@
 """The Google API clients of the gcp profile, made from the Airflow connection.
 
-Vertex AI and Cloud Build are reached through the provider's ``CustomJobHook`` and ``CloudBuildHook`` methods, and
-Dataflow's waits through its ``AsyncDataflowHook`` (in gpuflow's trigger). The clients here are those for which the
-provider has no hook method gpuflow can use (the Templates and Flex Templates launch with a Beam-staged request,
-job messages, Monitoring, Artifact Registry tags, Compute Engine quotas); they are built with ``GoogleBaseHook``'s
-credentials and client info. Tests replace this class, and the GAPIC clients under the hooks, with fakes that
+Vertex AI, Cloud Build and Dataflow are reached through the provider's ``CustomJobHook``, ``CloudBuildHook`` and
+``DataflowHook`` methods, and Dataflow's waits through its ``AsyncDataflowHook`` (in gpuflow's trigger). The clients
+here are those for which the provider has no hook method gpuflow can use (listing a run's active Dataflow jobs,
+Monitoring, Artifact Registry tags, Compute Engine quotas); they are built with ``GoogleBaseHook``'s credentials
+and client info. Tests replace this class, and the GAPIC clients under the hooks, with fakes that
 check every request against the API's own types.
 """
 
@@ -49,25 +49,11 @@ class GcpClients:
 
         return dataflow_v1beta3.JobsV1Beta3Client(**self._client_kwargs())
 
-    def dataflow_messages(self):
-        from google.cloud import dataflow_v1beta3
-
-        return dataflow_v1beta3.MessagesV1Beta3Client(**self._client_kwargs())
-
-    def dataflow_templates(self):
-        from google.cloud import dataflow_v1beta3
-
-        return dataflow_v1beta3.TemplatesServiceClient(**self._client_kwargs())
-
-    def dataflow_flex_templates(self):
-        from google.cloud import dataflow_v1beta3
-
-        return dataflow_v1beta3.FlexTemplatesServiceClient(**self._client_kwargs())
-
-    def monitoring(self):
+    def monitoring_async(self):
+        """Cloud Monitoring for the smoke test's GPU-metrics trigger (the provider has no Monitoring hook)."""
         from google.cloud import monitoring_v3
 
-        return monitoring_v3.MetricServiceClient(**self._client_kwargs())
+        return monitoring_v3.MetricServiceAsyncClient(**self._client_kwargs())
 
     def artifact_registry(self):
         from google.cloud import artifactregistry_v1

@@ -1,10 +1,15 @@
-"""The gcp profile's Dataflow jobs: stage, start, watch, stop and find them.
+"""The gcp profile's Dataflow jobs: stage, start, stop and find them (their tasks wait in
+``gpuflow.triggers.dataflow``, which reads what ``dataflow_watch`` judges).
 
 Dataflow jobs are launched in two steps, both of them real on Google Cloud:
 1. Beam's own DataflowRunner stages the job with ``--template_location``: it uploads the pipeline and
    writes the exact job request (environment, worker pool, service options, experiments) to GCS.
 2. The Dataflow Templates API starts that request and answers at once with the job id, which the
-   task pushes to XCom before it waits for the workers.
+   task pushes to XCom before it defers until the workers are up.
+
+The launch, the job reads and the stops go through the provider's ``DataflowHook`` (``launch_job_with_template``,
+``launch_job_with_flex_template``, ``get_job``, ``cancel_job``). Provider gap: it lists a run's jobs only inside its
+private jobs controller, so ``find_run_jobs`` lists active jobs with the Dataflow Jobs client (``GcpClients``).
 
 Because step 1 is Beam's own code, the request can be read back and checked offline (tests do, on the
 GCS emulator), and the launch command can be printed for a person to run (`gpuflow launch-command`).
@@ -33,12 +38,9 @@ from gpuflow.platform.gcp_service import GcpService
 
 log = logging.getLogger(__name__)
 
-def _terminal_states():
-    from google.cloud import dataflow_v1beta3
-
-    states = dataflow_v1beta3.JobState
-    return frozenset({states.JOB_STATE_DONE, states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED,
-                      states.JOB_STATE_DRAINED, states.JOB_STATE_UPDATED, states.JOB_STATE_STOPPED})
+#: Dataflow's job states from which a job does not move on (their REST names, as DataflowHook reads them).
+TERMINAL_STATES = frozenset({"JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_DRAINED",
+                             "JOB_STATE_UPDATED", "JOB_STATE_STOPPED"})
 
 
 class DataflowJobFailed(RuntimeError):
@@ -79,15 +81,22 @@ class DataflowJobs(GcpService):
             )
         return template_uri, template
 
+    def _dataflow_hook(self, drain: bool = False):
+        from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
+
+        # cancel_timeout=None: the hook only asks for the stop; the cleanup task waits for it in its trigger.
+        return DataflowHook(gcp_conn_id=self.conn_id, drain_pipeline=drain, cancel_timeout=None)
+
     def start_template(self, template_uri: str, job_name: str, names: ResourceNames) -> JobHandle:
+        """Start the Beam-staged request with the provider's DataflowHook.launch_job_with_template (no waiting)."""
         from google.cloud import dataflow_v1beta3
 
-        response = self.clients.dataflow_templates().launch_template(request=dataflow_v1beta3.LaunchTemplateRequest(
-            project_id=self.config.project, location=self.config.region, gcs_path=template_uri,
-            launch_parameters=dataflow_v1beta3.LaunchTemplateParameters(
-                job_name=job_name, environment=runtime_environment(self.config, names)),
-        ))
-        handle = self._handle(response.job.id, job_name, self.config.region)
+        environment = dataflow_v1beta3.RuntimeEnvironment.to_dict(
+            runtime_environment(self.config, names), preserving_proto_field_name=False)
+        job = self._dataflow_hook().launch_job_with_template(
+            job_name=job_name, variables={}, parameters={}, dataflow_template=template_uri, append_job_name=False,
+            project_id=self.config.project, location=self.config.region, environment=environment)
+        handle = self._handle(job["id"], job_name, self.config.region)
         log.info("Dataflow job %s started: %s", handle.id, handle.url)
         return handle
 
@@ -97,13 +106,19 @@ class DataflowJobs(GcpService):
 
     def start_flex_template(self, job: str, argv: list[str], names: ResourceNames, image: str,
                             job_name: str) -> JobHandle:
-        """launch.mode flex_template: write the template file, then launch it; the image pickles its own job."""
+        """launch.mode flex_template: write the template file, then launch it with the provider's
+        DataflowHook.launch_job_with_flex_template; the image pickles its own job."""
+        from google.cloud import dataflow_v1beta3
+
         spec, request = flex_launch(self.config, names, job, argv, image, job_name)
         spec_uri = request.launch_parameter.container_spec_gcs_path
         self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
                            data=json.dumps(spec, indent=2), mime_type="application/json")
-        response = self.clients.dataflow_flex_templates().launch_flex_template(request=request)
-        handle = self._handle(response.job.id, job_name, self.config.region)
+        body = {"launchParameter": dataflow_v1beta3.LaunchFlexTemplateParameter.to_dict(
+            request.launch_parameter, preserving_proto_field_name=False)}
+        launched = self._dataflow_hook().launch_job_with_flex_template(
+            body=body, location=request.location, project_id=request.project_id)
+        handle = self._handle(launched["id"], job_name, self.config.region)
         log.info("Dataflow job %s started from the Flex Template %s: %s", handle.id, spec_uri, handle.url)
         return handle
 
@@ -119,38 +134,36 @@ class DataflowJobs(GcpService):
         job_name = job_name_for(names, self.config, "llm-inference")
         return self.start_job("llm_inference.py", argv, names, image, job_name, streaming=True)
 
-    def _job_state(self, handle: JobHandle):
-        from google.cloud import dataflow_v1beta3
-
-        job = self.clients.dataflow_jobs().get_job(request=dataflow_v1beta3.GetJobRequest(
-            project_id=self.config.project, location=handle.location, job_id=handle.id,
-            view=dataflow_v1beta3.JobView.JOB_VIEW_SUMMARY))
-        return dataflow_v1beta3.JobState(job.current_state)
+    def _job_state(self, handle: JobHandle) -> str:
+        """The job's state name (``JOB_STATE_RUNNING`` …), read with the provider's DataflowHook."""
+        job = self._dataflow_hook().get_job(job_id=handle.id, project_id=self.config.project,
+                                            location=handle.location)
+        return job.get("currentState", "JOB_STATE_UNKNOWN")
 
     def job_timeout_s(self, until: str) -> float:
         dataflow = self.config.dataflow
         return dataflow.stop_timeout_s if until == "stopped" else dataflow.start_timeout_s
 
     def request_stop(self, handle: JobHandle) -> bool:
-        """Ask for a cancel or a drain (dataflow.stop_action) without waiting; True if the job was still active."""
-        from google.api_core.exceptions import NotFound
-        from google.cloud import dataflow_v1beta3
+        """Ask for a cancel or a drain (dataflow.stop_action) with the provider's DataflowHook.cancel_job, without
+        waiting; True if the job was still active."""
+        from googleapiclient.errors import HttpError
 
-        states = dataflow_v1beta3.JobState
         try:
             state = self._job_state(handle)
-        except NotFound:
+        except HttpError as error:
+            if error.resp.status == 404:
+                return False
+            raise
+        if state in TERMINAL_STATES:
+            log.info("Dataflow job %s is already %s", handle.id, state)
             return False
-        if state in _terminal_states():
-            log.info("Dataflow job %s is already %s", handle.id, state.name)
-            return False
-        # A streaming job can drain; a batch job (or one not yet running) can only be cancelled.
-        drain = self.config.dataflow.stop_action == "drain" and state == states.JOB_STATE_RUNNING
-        requested = states.JOB_STATE_DRAINED if drain else states.JOB_STATE_CANCELLED
-        self.clients.dataflow_jobs().update_job(request=dataflow_v1beta3.UpdateJobRequest(
-            project_id=self.config.project, location=handle.location, job_id=handle.id,
-            job=dataflow_v1beta3.Job(requested_state=requested)))
-        log.info("requested %s of Dataflow job %s (%s)", requested.name, handle.id, handle.name)
+        # A streaming job can drain (the hook drains streaming jobs only); one not yet running can only be cancelled.
+        drain = self.config.dataflow.stop_action == "drain" and state == "JOB_STATE_RUNNING"
+        self._dataflow_hook(drain=drain).cancel_job(job_id=handle.id, project_id=self.config.project,
+                                                    location=handle.location)
+        log.info("requested the %s of Dataflow job %s (%s)", "drain" if drain else "cancellation", handle.id,
+                 handle.name)
         return True
 
     def stop_pipeline(self, handle: JobHandle) -> bool:
@@ -161,8 +174,8 @@ class DataflowJobs(GcpService):
 
         def stopped() -> bool:
             current = self._job_state(handle)
-            log.info("Dataflow job %s: %s", handle.id, current.name)
-            return current in _terminal_states()
+            log.info("Dataflow job %s: %s", handle.id, current)
+            return current in TERMINAL_STATES
 
         try:
             self._wait(f"stopping Dataflow job {handle.id}", self.config.dataflow.stop_timeout_s, stopped)

@@ -143,7 +143,8 @@ class LocalPlatform:
         return json.loads(report.read_text())
 
     def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:
-        """nvidia-smi's readings now, where a GPU exists; otherwise says plainly that there is none."""
+        """nvidia-smi's readings now, where a GPU exists; otherwise says plainly that there is none. (On gcp the
+        smoke test reads Cloud Monitoring in its trigger, gpuflow.triggers.monitoring.)"""
         nvidia_smi = shutil.which("nvidia-smi")
         if not nvidia_smi:
             return {"source": "nvidia-smi", "gpus": [], "note": "no GPU on this machine: inference ran on the CPU"}

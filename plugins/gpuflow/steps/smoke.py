@@ -83,10 +83,10 @@ def check_gpu_usage(config: GpuflowConfig, usage: dict[str, Any]) -> None:
 
 
 def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
-               prompts: list[str] | None = None, platform=None, handle=None) -> dict[str, Any]:
+               prompts: list[str] | None = None) -> dict[str, Any]:
     """Publish the prompts with ids; pull answers and dead letters until all are back or time runs out.
 
-    With a platform, then read how busy the job's GPUs were over the same window."""
+    The result's ``window`` (epoch seconds) is when the pipeline worked on them, for the GPU-usage check."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
     window_start = time.time()
@@ -130,8 +130,4 @@ def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
             f"no answer within {config.smoke_test.timeout_s:.0f}s for: {missing or 'none'}. "
             "Fix: read the pipeline log (launch task) and raise smoke_test.timeout_s if the model is slow to load."
         )
-    result = {"answered": len(answers), "sent": len(sent), "answers": rows}
-    if platform is not None:
-        result["gpu_usage"] = platform.gpu_usage(handle, window_start, time.time())
-        check_gpu_usage(config, result["gpu_usage"])
-    return result
+    return {"answered": len(answers), "sent": len(sent), "answers": rows, "window": [window_start, time.time()]}
