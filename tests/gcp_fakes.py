@@ -472,6 +472,32 @@ class FakeProjectsClient:
             compute_v1.Quota(metric=metric, limit=limit, usage=usage) for metric, limit, usage in self.quotas])
 
 
+class FakeCloudQuotas:
+    """Cloud Quotas' GetQuotaInfo for GPUS-PER-GPU-FAMILY-per-project-region: ``limits`` maps (region, gpu_family)
+    to a limit, answered as dimensions infos from the most specific to the least (a default for every region and
+    family last); records each request."""
+
+    def __init__(self, limits=None, default: int = 0):
+        self.limits = limits or {}
+        self.default = default
+        self.requests = []
+
+    def get_quota_info(self, request):
+        from google.cloud import cloudquotas_v1
+
+        assert isinstance(request, cloudquotas_v1.GetQuotaInfoRequest)
+        self.requests.append(request)
+        infos = [cloudquotas_v1.DimensionsInfo(dimensions={"region": region, "gpu_family": family},
+                                               details=cloudquotas_v1.QuotaDetails(value=limit),
+                                               applicable_locations=[region])
+                 for (region, family), limit in self.limits.items()]
+        infos.append(cloudquotas_v1.DimensionsInfo(details=cloudquotas_v1.QuotaDetails(value=self.default),
+                                                   applicable_locations=["us-central1", "us-east4", "europe-west4"]))
+        return cloudquotas_v1.QuotaInfo(name=request.name, quota_id=request.name.rsplit("/", 1)[-1],
+                                        service="compute.googleapis.com", dimensions=["region", "gpu_family"],
+                                        dimensions_infos=infos)
+
+
 class FakeAcceleratorTypesClient:
     """Answers AcceleratorTypesClient.aggregated_list like Compute Engine: the real pager over one page of zone
     scopes, filtered by the request's name filter; records each request."""
@@ -609,7 +635,7 @@ class FakeGoogleCloud:
     code runs."""
 
     def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
-                 projects=None, accelerator_types=None):
+                 projects=None, accelerator_types=None, cloud_quotas=None):
         self.registry = registry or FakeArtifactRegistry()
         self.metrics = monitoring or FakeMonitoring()
         self.dataflow = dataflow or FakeDataflow()
@@ -617,6 +643,7 @@ class FakeGoogleCloud:
         self.build = build or FakeCloudBuild(self.registry)
         self.projects = projects or FakeProjectsClient()
         self.accelerator_types = accelerator_types or FakeAcceleratorTypesClient()
+        self.cloud_quotas = cloud_quotas or FakeCloudQuotas()
         self.chain: list[str] = []  # the connection's impersonation_chain
         self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
@@ -659,11 +686,10 @@ class FakeGoogleCloud:
     def artifact_registry(self):
         return self.registry
 
-    def compute_regions(self):
-        return self.regions
+    def compute(self):
+        from gpuflow.quota import ComputeClients
 
-    def compute_projects(self):
-        return self.projects
+        return ComputeClients(self.regions, self.projects, self.accelerator_types, self.cloud_quotas)
 
     def compute_accelerator_types(self):
         return self.accelerator_types

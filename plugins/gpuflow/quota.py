@@ -16,6 +16,9 @@ log = logging.getLogger(__name__)
 #: Engine reports it among the project's quotas (`gcloud compute project-info describe`, quotas[].metric;
 #: cloud.google.com/compute/resource-usage, "GPU quota").
 GLOBAL_GPU_METRIC = "GPUS_ALL_REGIONS"
+#: GPU types without a regional Compute Engine metric (H100) have their on-demand quota in Cloud Quotas, per GPU
+#: family and region (catalog/gpus.yaml: quota_family). Cloud Quotas reports the limit, not the usage.
+FAMILY_QUOTA_ID = "GPUS-PER-GPU-FAMILY-per-project-region"
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,13 @@ class QuotaReading:
 
     @property
     def enough(self) -> bool | None:
-        return None if self.headroom is None else self.headroom >= self.needed
+        """True or False when known; None when the limit is unknown, or when only the limit is (Cloud Quotas reports
+        no usage) and it would be enough if nothing were in use."""
+        if self.limit is None:
+            return None
+        if self.usage is None:
+            return False if self.limit < self.needed else None
+        return self.limit - self.usage >= self.needed
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "headroom": self.headroom, "enough": self.enough, "known": self.known}
@@ -59,19 +68,23 @@ class ComputeClients(NamedTuple):
     regions: Any
     projects: Any
     accelerator_types: Any
+    cloud_quotas: Any
 
 
 def compute_clients(conn_id: str) -> ComputeClients:
-    """Compute Engine's Regions, Projects and AcceleratorTypes clients with the Airflow connection's credentials.
+    """Compute Engine's Regions, Projects and AcceleratorTypes clients and the Cloud Quotas client, with the Airflow
+    connection's credentials.
 
-    Gap in the Airflow Google provider: its ComputeEngineHook reads neither quotas nor accelerator types."""
+    Gap in the Airflow Google provider: its ComputeEngineHook reads neither quotas nor accelerator types, and it has
+    no Cloud Quotas hook."""
     from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
-    from google.cloud import compute_v1
+    from google.cloud import cloudquotas_v1, compute_v1
 
     credentials = GoogleBaseHook(gcp_conn_id=conn_id).get_credentials()
     return ComputeClients(compute_v1.RegionsClient(credentials=credentials),
                           compute_v1.ProjectsClient(credentials=credentials),
-                          compute_v1.AcceleratorTypesClient(credentials=credentials))
+                          compute_v1.AcceleratorTypesClient(credentials=credentials),
+                          cloudquotas_v1.CloudQuotasClient(credentials=credentials))
 
 
 def zones_offering(project: str, gpu_type: str, region: str, client) -> list[str]:
@@ -86,28 +99,62 @@ def zones_offering(project: str, gpu_type: str, region: str, client) -> list[str
 
 
 def _unknown_fix(gpu, region: str) -> str:
-    if gpu.quota_note:
-        return gpu.quota_note
+    if gpu.quota_family:
+        return (f"Cloud Quotas reported no {FAMILY_QUOTA_ID} limit for gpu_family {gpu.quota_family} in {region}: read "
+                f"it with `gcloud beta quotas info describe {FAMILY_QUOTA_ID} --service=compute.googleapis.com` or in "
+                "IAM & Admin > Quotas")
     return (f"Compute Engine reported no {gpu.quota_metric} quota for {region}: check the region offers "
             f"{gpu.name} and read the quota in IAM & Admin > Quotas")
 
 
-def regional_gpu_quota(config: GpuflowConfig, client, regions: list[str] | None = None) -> list[QuotaReading]:
-    """The GPU's regional quota and usage; a metric the API does not report is unknown, never a limit of 0."""
+def family_gpu_limits(project: str, family: str, regions: list[str], client) -> dict[str, float]:
+    """The GPU family's on-demand limit per region, from Cloud Quotas' QuotaInfo of GPUS-PER-GPU-FAMILY-per-project-
+    region. Its dimensions infos run from the most specific to the least: the first whose dimensions all match the
+    region and the family (an absent dimension matches every value) holds the limit."""
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.cloud import cloudquotas_v1
+
+    try:
+        info = client.get_quota_info(request=cloudquotas_v1.GetQuotaInfoRequest(
+            name=cloudquotas_v1.CloudQuotasClient.quota_info_path(project, "global", "compute.googleapis.com",
+                                                                   FAMILY_QUOTA_ID)))
+    except GoogleAPICallError as error:  # no permission, API not enabled: the quota is unknown, with the fix
+        log.warning("Cloud Quotas did not answer for %s (%s)", FAMILY_QUOTA_ID, error)
+        return {}
+    limits = {}
+    for region in regions:
+        wanted = {"region": region, "gpu_family": family}
+        for dimensions_info in info.dimensions_infos:
+            dimensions = dict(dimensions_info.dimensions)
+            if all(wanted.get(key) == value for key, value in dimensions.items()) and (
+                    "region" in dimensions or {region, "global"} & set(dimensions_info.applicable_locations)):
+                limits[region] = float(dimensions_info.details.value)
+                break
+    return limits
+
+
+def regional_gpu_quota(config: GpuflowConfig, client, regions: list[str] | None = None,
+                       quotas_client=None) -> list[QuotaReading]:
+    """The GPU's regional quota and usage (Compute Engine), or, for a GPU family quota, its limit (Cloud Quotas);
+    a quota the API does not report is unknown, never a limit of 0."""
     from google.cloud import compute_v1
 
     gpu = catalog.gpu_type(config.gpu.type)
     if gpu is None:
         raise ValueError(f"gpu.type {config.gpu.type!r} is unknown. Fix: run `gpuflow preflight` first.")
+    regions = regions or quota_regions(config)
+    if gpu.quota_family:
+        limits = family_gpu_limits(config.project, gpu.quota_family, regions, quotas_client) if quotas_client else {}
+        return [QuotaReading(region, f"{FAMILY_QUOTA_ID} ({gpu.quota_family})", limits.get(region), None,
+                             gpus_needed(config), "usage is not reported by Cloud Quotas" if region in limits
+                             else _unknown_fix(gpu, region)) for region in regions]
     readings = []
-    for region in regions or quota_regions(config):
-        quota = None
-        if gpu.quota_metric:
-            answer = client.get(request=compute_v1.GetRegionRequest(project=config.project, region=region))
-            quota = next((q for q in answer.quotas if q.metric == gpu.quota_metric), None)
-        readings.append(QuotaReading(region, gpu.quota_metric or f"{gpu.name} (per GPU family)",
-                                     quota.limit if quota else None, quota.usage if quota else None,
-                                     gpus_needed(config), "" if quota else _unknown_fix(gpu, region)))
+    for region in regions:
+        answer = client.get(request=compute_v1.GetRegionRequest(project=config.project, region=region))
+        quota = next((q for q in answer.quotas if q.metric == gpu.quota_metric), None)
+        readings.append(QuotaReading(region, gpu.quota_metric, quota.limit if quota else None,
+                                     quota.usage if quota else None, gpus_needed(config),
+                                     "" if quota else _unknown_fix(gpu, region)))
     return readings
 
 
@@ -123,10 +170,10 @@ def global_gpu_quota(config: GpuflowConfig, projects_client) -> QuotaReading:
                             "`gcloud compute project-info describe` or in IAM & Admin > Quotas"))
 
 
-def gpu_quota(config: GpuflowConfig, regions_client, projects_client, regions: list[str] | None = None
-              ) -> list[QuotaReading]:
+def gpu_quota(config: GpuflowConfig, clients: ComputeClients, regions: list[str] | None = None) -> list[QuotaReading]:
     """Every quota a launch must fit: the GPU's in each region, then the project-wide one."""
-    return [*regional_gpu_quota(config, regions_client, regions), global_gpu_quota(config, projects_client)]
+    return [*regional_gpu_quota(config, clients.regions, regions, clients.cloud_quotas),
+            global_gpu_quota(config, clients.projects)]
 
 
 def format_quota(readings: list[QuotaReading]) -> str:
@@ -135,7 +182,8 @@ def format_quota(readings: list[QuotaReading]) -> str:
 
     lines = [f"{'REGION':<24} {'METRIC':<28} {'LIMIT':>6} {'USAGE':>6} {'FREE':>6} {'NEEDED':>6}  STATUS"]
     for r in readings:
-        status = "UNKNOWN: " + r.fix if not r.known else "ok" if r.enough else "NOT ENOUGH"
+        status = ("UNKNOWN: " + r.fix if not r.known else "ok" if r.enough else "NOT ENOUGH" if r.enough is False
+                  else f"limit ok ({r.fix})")
         lines.append(f"{r.region:<24} {r.metric:<28} {number(r.limit):>6} {number(r.usage):>6} "
                      f"{number(r.headroom):>6} {r.needed:>6}  {status}")
     return "\n".join(lines)

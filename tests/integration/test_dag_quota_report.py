@@ -3,7 +3,7 @@
 from airflow.utils.state import DagRunState
 
 from gpuflow.quota import ComputeClients
-from tests.gcp_fakes import FakeProjectsClient, FakeRegionsClient
+from tests.gcp_fakes import FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
 
 
 def quota_dag():
@@ -28,7 +28,7 @@ def test_local_profile_reports_this_machines_gpus(airflow_db):
 def test_gcp_profile_reads_regional_quota(airflow_db, monkeypatch):
     client = FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 4, 4)]})
     projects = FakeProjectsClient((("GPUS_ALL_REGIONS", 8, 1),))
-    monkeypatch.setattr("gpuflow.quota.compute_clients", lambda conn_id: ComputeClients(client, projects, None))
+    monkeypatch.setattr("gpuflow.quota.compute_clients", lambda conn_id: ComputeClients(client, projects, None, FakeCloudQuotas()))
     run = quota_dag().test(run_conf={"config_file": "configs/gcp.example.yaml"})
     assert run.state == DagRunState.SUCCESS
     regional, project_wide = report_of(run)["readings"]

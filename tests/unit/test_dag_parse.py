@@ -35,6 +35,11 @@ def test_dagbag_loads_without_import_errors():
     assert "model__max_new_tokens" in dag.params
     # The form lives on the DAG alone (attached after the tasks), so parsing does not copy it into each task.
     assert all(not task.params for task in dag.tasks)
+    # The tasks that start GPU jobs share the gpuflow_gpu pool, in every DAG; the others use the default pool.
+    in_pool = {(dag_id, task.task_id) for dag_id, one in bag.dags.items() for task in one.tasks
+               if task.pool == "gpuflow_gpu"}
+    assert in_pool == {("llm_streaming_inference", "verify_gpu"), ("llm_streaming_inference", "launch"),
+                       ("dataproc_gpu_batch", "batch")}
 
 
 def modules_loaded_by_parsing(path: Path) -> set[str]:

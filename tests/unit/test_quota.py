@@ -3,8 +3,16 @@
 import pytest
 
 from gpuflow.config import load_config
-from gpuflow.quota import format_quota, global_gpu_quota, gpu_quota, local_gpu_report, quota_regions, regional_gpu_quota
-from tests.gcp_fakes import FakeProjectsClient, FakeRegionsClient
+from gpuflow.quota import (
+    ComputeClients,
+    format_quota,
+    global_gpu_quota,
+    gpu_quota,
+    local_gpu_report,
+    quota_regions,
+    regional_gpu_quota,
+)
+from tests.gcp_fakes import FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
 
 
 def config(*overrides):
@@ -34,18 +42,44 @@ def test_a_metric_the_api_does_not_report_is_unknown_with_its_fix_never_a_limit_
     assert "IAM & Admin > Quotas" in readings[0].fix and "UNKNOWN" in format_quota(readings)
 
 
-def test_h100_has_no_regional_compute_metric_and_is_reported_unknown_with_the_gpu_family_quota():
-    cfg = config("gpu.type=nvidia-h100-80gb", "gpu.machine_type=a3-highgpu-8g", "gpu.count=8")
-    client = FakeRegionsClient({"us-central1": [("PREEMPTIBLE_NVIDIA_H100_GPUS", 8, 0)]})
-    (reading,) = regional_gpu_quota(cfg, client)
-    assert not reading.known and "GPUS-PER-GPU-FAMILY-per-project-region" in reading.fix
-    assert client.requests == []  # nothing to read in Compute Engine's regional quotas
+H100 = ("gpu.type=nvidia-h100-80gb", "gpu.machine_type=a3-highgpu-8g", "gpu.count=8")
+
+
+def test_h100_quota_is_the_gpu_family_limit_from_cloud_quotas_not_a_regional_compute_metric():
+    cfg = config(*H100, "gpu.fallbacks=[{region: us-east4}]")
+    regions = FakeRegionsClient({"us-central1": [("PREEMPTIBLE_NVIDIA_H100_GPUS", 8, 0)]})
+    quotas = FakeCloudQuotas({("us-central1", "NVIDIA_H100"): 16, ("us-central1", "NVIDIA_A100"): 64}, default=0)
+    central, east = regional_gpu_quota(cfg, regions, quotas_client=quotas)
+    assert regions.requests == []  # nothing to read in Compute Engine's regional quotas
+    (request,) = quotas.requests
+    assert request.name == ("projects/my-gcp-project/locations/global/services/compute.googleapis.com/quotaInfos/"
+                            "GPUS-PER-GPU-FAMILY-per-project-region")
+    # us-central1: 16 H100s, enough for 8 if none is in use (Cloud Quotas reports no usage): not known to be short.
+    assert (central.metric, central.limit, central.usage, central.enough) == (
+        "GPUS-PER-GPU-FAMILY-per-project-region (NVIDIA_H100)", 16, None, None)
+    # us-east4: only the default, 0, applies: known to be too small, which the launch refuses before it starts.
+    assert (east.limit, east.enough) == (0, False)
+    assert "NOT ENOUGH" in format_quota([east]) and "limit ok (usage is not reported" in format_quota([central])
+
+
+def test_h100_without_a_cloud_quotas_answer_is_unknown_with_the_fix():
+    from google.api_core.exceptions import PermissionDenied
+
+    class Refusing(FakeCloudQuotas):
+        def get_quota_info(self, request):
+            raise PermissionDenied("Permission 'cloudquotas.quotas.get' denied on resource")
+
+    for quotas in (None, Refusing()):
+        (reading,) = regional_gpu_quota(config(*H100), FakeRegionsClient({}), quotas_client=quotas)
+        assert not reading.known and reading.enough is None
+        assert "gcloud beta quotas info describe GPUS-PER-GPU-FAMILY-per-project-region" in reading.fix
 
 
 def test_the_project_wide_gpu_quota_bounds_every_launch():
     cfg = config("worker.max_num_workers=4")
-    regional, project_wide = gpu_quota(cfg, FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 16, 0)]}),
-                                       FakeProjectsClient((("GPUS_ALL_REGIONS", 4, 2),)))
+    regional, project_wide = gpu_quota(cfg, ComputeClients(
+        FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 16, 0)]}), FakeProjectsClient((("GPUS_ALL_REGIONS", 4, 2),)),
+        None, FakeCloudQuotas()))
     assert regional.enough and (project_wide.region, project_wide.headroom, project_wide.enough) == ("global", 2.0, False)
     unknown = global_gpu_quota(cfg, FakeProjectsClient(()))
     assert not unknown.known and "project-info describe" in unknown.fix

@@ -30,8 +30,8 @@ class GpuType:
     bf16: bool
     families: tuple[str, ...]
     counts: tuple[int, ...]
-    quota_metric: str | None  # None: no regional Compute Engine metric (quota_note says where the quota is)
-    quota_note: str | None = None
+    quota_metric: str | None  # None: no regional Compute Engine metric (then quota_family names the Cloud Quotas one)
+    quota_family: str | None = None  # the Cloud Quotas gpu_family of GPUS-PER-GPU-FAMILY-per-project-region
     min_beam: str | None = None
     recommended_beam: str | None = None
     min_driver: int | None = None
@@ -58,7 +58,7 @@ def gpu_types() -> dict[str, GpuType]:
             families=tuple(row["families"]),
             counts=tuple(row.get("counts", ())),
             quota_metric=row["quota_metric"],
-            quota_note=row.get("quota_note"),
+            quota_family=row.get("quota_family"),
             min_beam=row.get("min_beam"),
             recommended_beam=row.get("recommended_beam"),
             min_driver=row.get("min_driver"),

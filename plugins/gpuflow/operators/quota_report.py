@@ -29,13 +29,12 @@ class GpuQuotaReportOperator(BaseOperator):
             else:
                 log.info("local GPUs: %s", report["gpus"])
             return {"profile": "local", **report}
-        clients = compute_clients(config.gcp_conn_id)
-        readings = gpu_quota(config, clients.regions, clients.projects)
+        readings = gpu_quota(config, compute_clients(config.gcp_conn_id))
         log.info("GPU quota for %s:\n%s", config.project, format_quota(readings))
         for reading in readings:
             if not reading.known:
                 log.warning("%s %s: unknown. Fix: %s", reading.region, reading.metric, reading.fix)
-            elif not reading.enough:
+            elif reading.enough is False:
                 log.warning(
                     "%s: %g %s free, but llm_streaming_inference needs %d (gpu.count x worker.max_num_workers). "
                     "Fix: request more quota or lower worker.max_num_workers.",

@@ -51,7 +51,6 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
         is known to be too small (an unknown one is reported with its fix)."""
         from gpuflow.quota import gpu_quota
 
-        readings = gpu_quota(self.config, self.clients.compute_regions(), self.clients.compute_projects(),
-                             regions=[self.config.region])
+        readings = gpu_quota(self.config, self.clients.compute(), regions=[self.config.region])
         return {"source": "compute-quota", "readings": [r.as_dict() for r in readings],
                 "enough": all(r.enough is not False for r in readings)}

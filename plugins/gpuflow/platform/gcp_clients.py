@@ -62,16 +62,14 @@ class GcpClients:
 
     @cached_property
     def _compute(self):
-        """Compute Engine's three clients, made once (one credentials lookup) for the quota and region reads."""
+        """Compute Engine's three clients and Cloud Quotas', made once (one credentials lookup) for the quota and
+        region reads."""
         from gpuflow.quota import compute_clients
 
         return compute_clients(self.conn_id)
 
-    def compute_regions(self):
-        return self._compute.regions
-
-    def compute_projects(self):
-        return self._compute.projects
+    def compute(self):
+        return self._compute
 
     def compute_accelerator_types(self):
         return self._compute.accelerator_types

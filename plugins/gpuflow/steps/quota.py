@@ -34,10 +34,13 @@ def check_quota(config: GpuflowConfig, platform: Platform) -> dict[str, Any]:
         if not reading.known:
             log.warning("%s %s: unknown, so it cannot be checked before the launch. Fix: %s", reading.region,
                         reading.metric, reading.fix)
-        elif not reading.enough:
+        elif reading.enough is None:
+            log.warning("%s %s: the limit (%g) covers the job, but the usage is unknown (%s)", reading.region,
+                        reading.metric, reading.limit, reading.fix)
+        elif reading.enough is False:
+            in_use = "" if reading.usage is None else f" with {reading.usage:g} in use, so {reading.headroom:g} free"
             raise QuotaTooLow(
-                f"{reading.region}: {reading.metric} quota is {reading.limit:g} with {reading.usage or 0:g} in "
-                f"use, so {reading.headroom:g} free, but the job needs {reading.needed} "
+                f"{reading.region}: {reading.metric} quota is {reading.limit:g}{in_use}, but the job needs {reading.needed} "
                 f"({config.gpu.count} GPU(s) x {config.worker.max_num_workers} worker(s)). Fix: request more quota "
                 "for that metric (IAM & Admin > Quotas), lower worker.max_num_workers, or use another region."
             )
