@@ -64,8 +64,14 @@ class GpuFallback(_Section):
     machine_type: str | None = Field(None, description="The machine type that fits the fallback GPU.")
 
 
+#: gpu.type for CPU workers: guide 002's own pipeline, which runs on CPU, on n2-highmem workers sized by its table.
+NO_GPU = "none"
+
+
 class GpuConfig(_Section):
-    type: str = Field("nvidia-l4", description="Dataflow accelerator name, e.g. nvidia-l4 or nvidia-tesla-t4.")
+    type: str = Field("nvidia-l4", description=(
+        "Dataflow accelerator name, e.g. nvidia-l4 or nvidia-tesla-t4; none: CPU workers (set gpu.machine_type to "
+        "the n2-highmem type guide 002 gives for the model, require_gpu: false)."))
     count: int = Field(1, ge=1, le=16, description="GPUs per worker.")
     machine_type: str = Field("g2-standard-4", description="Worker machine type; it must fit the GPU type.")
     zone: str | None = Field(
@@ -340,6 +346,11 @@ class GpuflowConfig(_Section):
     smoke_test: SmokeTestConfig = SmokeTestConfig()
     local: LocalConfig = LocalConfig()
     dataproc: DataprocConfig | None = Field(None, description="A Dataproc Serverless GPU batch (optional).")
+
+    @property
+    def uses_gpu(self) -> bool:
+        """False with gpu.type none: CPU workers, no accelerator, no GPU quota, no GPU check."""
+        return self.gpu.type != NO_GPU
 
     @field_validator(*_FIELD_PATTERNS)
     @classmethod

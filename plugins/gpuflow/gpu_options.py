@@ -61,6 +61,8 @@ def effective_sharing(config: GpuflowConfig) -> str:
     """gpu.sharing, with ``auto`` decided from the memory one model copy takes ("default": Dataflow's own)."""
     if config.gpu.sharing != "auto":
         return config.gpu.sharing
+    if not config.uses_gpu:  # guide 002's CPU pipeline: one SDK process, so each worker loads the model once
+        return "single_process"
     share = model_gpu_share(config)
     return "single_process" if share is not None and share > SINGLE_PROCESS_SHARE else "default"
 
@@ -101,10 +103,13 @@ def parse_worker_accelerator(option: str) -> WorkerAccelerator:
 
 
 def effective_dtype(config: GpuflowConfig) -> str:
-    """model.dtype, with auto decided by the GPU: bfloat16 where it computes in bf16, else float32."""
+    """model.dtype, with auto decided by the GPU: bfloat16 where it computes in bf16, else float32 (and on CPU
+    workers, gpu.type none)."""
     gpu = catalog.gpu_type(config.gpu.type)
     if config.model.dtype != "auto":
         return config.model.dtype
+    if not config.uses_gpu:
+        return "float32"
     return "bfloat16" if gpu is None or gpu.bf16 else "float32"
 
 

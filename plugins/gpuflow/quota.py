@@ -171,7 +171,9 @@ def global_gpu_quota(config: GpuflowConfig, projects_client) -> QuotaReading:
 
 
 def gpu_quota(config: GpuflowConfig, clients: ComputeClients, regions: list[str] | None = None) -> list[QuotaReading]:
-    """Every quota a launch must fit: the GPU's in each region, then the project-wide one."""
+    """Every quota a launch must fit: the GPU's in each region, then the project-wide one (none on CPU workers)."""
+    if not config.uses_gpu:
+        return []
     return [*regional_gpu_quota(config, clients.regions, regions, clients.cloud_quotas),
             global_gpu_quota(config, clients.projects)]
 

@@ -207,6 +207,8 @@ MODES = {
     # one SDK process per worker
     "single_process": ({"gpu__sharing": "single_process"},
                        ["worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"], True),
+    # guide 002's own pipeline on CPU workers: no accelerator, one SDK process, the guide's n2-highmem machine
+    "cpu_workers": ({"gpu__type": "none", "gpu__machine_type": "n2-highmem-2"}, [], True),
 }
 
 
@@ -219,13 +221,20 @@ def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(dag, cloud, mode
 
     gcs = GCSHook(gcp_conn_id="google_cloud_default")
     launch = cloud.dataflow.calls("launch_template")[-1]  # the streaming job
-    assert launch.launch_parameters.job_name.endswith("-llm-inference-us-central1-l4")
+    suffix = "cpu" if mode == "cpu_workers" else "l4"
+    assert launch.launch_parameters.job_name.endswith(f"-llm-inference-us-central1-{suffix}")
     # The launch restates the experiments; the staged request (kept by the fake at launch: cleanup deletes the
     # run's prefix) carries the service options.
     assert ("no_use_multiple_sdk_containers" in launch.launch_parameters.environment.additional_experiments) is (
         single_process)
     staged = cloud.dataflow.staged[launch.gcs_path]
-    assert staged["environment"]["serviceOptions"] == service_options
+    assert staged["environment"].get("serviceOptions", []) == service_options
+    if mode == "cpu_workers":  # no GPU check job, no GPU quota read, no GPU metrics to wait for
+        assert len(cloud.dataflow.calls("launch_template")) == 1 and cloud.regions.requests == []
+        (pool,) = staged["environment"]["workerPools"]
+        assert pool["machineType"] == "n2-highmem-2"
+        smoke = {t.task_id: t for t in run.get_task_instances()}["smoke_test"].xcom_pull(task_ids="smoke_test")
+        assert smoke["answered"] == 4 and smoke["gpu_usage"]["source"] == "none"
     assert not gcs.list(BUCKET, prefix=f"gpuflow/{run_prefix(DAG_ID, run.run_id)}/")
 
 

@@ -165,3 +165,46 @@ def test_when_compute_engine_cannot_be_asked_the_table_decides_and_preflight_say
     found = live_findings(unreachable, "region=southamerica-east1")
     assert [f.level for f in found] == ["warning", "error"]
     assert "using gpuflow's table" in found[0].problem and "nvidia-tesla-t4" in found[1].fix
+
+
+# -- CPU workers (gpu.type none): guide 002's own pipeline ------------------------------------------------------
+
+
+CPU = ["gpu.type=none", "gpu.machine_type=n2-highmem-4", "require_gpu=false", "model.name=google/flan-t5-large"]
+
+
+def test_cpu_workers_on_the_guides_machine_pass_without_any_gpu_rule():
+    found = run_preflight(load_config("configs/gcp.example.yaml", overrides=[*CPU, "project=real-project-1"]),
+                          check_environment=False)
+    assert [f for f in found if f.level == "error"] == []
+    assert not any(f.field in ("gpu.type", "region") for f in found)  # no GPU type, so no GPU offering to check
+
+
+@pytest.mark.parametrize(("override", "field", "fix"), [
+    ("require_gpu=true", "require_gpu", "require_gpu: false"),
+    ("gpu.machine_type=g2-standard-4", "gpu.machine_type", "n2-highmem-4 (guide 002 runs google/flan-t5-large"),
+    ("gpu.request=resource_hint", "gpu.request", "worker_accelerator"),
+    ("gpu.sharing=mps", "gpu.sharing", "auto"),
+])
+def test_cpu_workers_refuse_what_needs_a_gpu(override, field, fix):
+    errors = [f for f in findings(*CPU, override) if f.level == "error"]
+    assert [(f.field, fix in f.fix) for f in errors] == [(field, True)], errors
+
+
+def test_cpu_workers_other_than_the_guides_are_noted_with_its_machine():
+    (note,) = [f for f in findings(*CPU[:1], "gpu.machine_type=n2-standard-8", *CPU[2:]) if f.field == "gpu.machine_type"]
+    assert note.level == "info" and "n2-highmem-4" in note.fix
+
+
+def test_cpu_workers_options_have_no_accelerator_and_load_the_model_once_per_worker():
+    from gpuflow.gpu_options import effective_dtype
+    from gpuflow.naming import resource_names
+    from gpuflow.platform.dataflow_options import experiments, job_name_for, service_options
+    from gpuflow.quota import gpu_quota
+
+    config = load_config("configs/gcp.example.yaml", overrides=CPU)
+    assert service_options(config) == []  # no worker_accelerator, no Prime
+    assert "no_use_multiple_sdk_containers" in experiments(config)  # guide 002's experiment for the CPU pipeline
+    assert effective_dtype(config) == "float32"
+    assert job_name_for(resource_names(config, "gf-0123456789"), config, "llm-inference").endswith("-us-central1-cpu")
+    assert gpu_quota(config, clients=None) == []  # no GPU quota to read

@@ -110,6 +110,7 @@ class ModelSize:
     parameters_m: float
     export_machine: str
     export_disk_gb: int
+    cpu_worker_machine: str  # guide 002's machine for the pipeline on CPU workers (gpu.type none)
 
 
 def model_size(name: str) -> ModelSize | None:

@@ -152,6 +152,9 @@ class VerifyGpuOperator(GpuflowStepOperator):
     _handle = None
 
     def run_step(self, config, names, platform, context):
+        if not config.uses_gpu:
+            log.info("gpu.type none: the workers run on CPU, so there is no GPU to check")
+            return {"gpu_found": False, "skipped": "gpu.type none: CPU workers"}
         self._platform = platform
         self._handle = platform.start_gpu_check(names, _image_of(self.image))
         self.defer_on(context, config, platform, self._handle, "done")
@@ -238,14 +241,18 @@ class SmokeTestOperator(GpuflowStepOperator):
 
         result = smoke_test(config, names, platform.conn_id)
         handle = _pushed_handle(context, self.launch_task_id)
-        if config.profile == "gcp" and handle is not None:
+        if config.profile == "gcp" and handle is not None and config.uses_gpu:
             from gpuflow.triggers.monitoring import gpu_usage_trigger
 
             started, ended = result["window"]
             self.defer_with(context, gpu_usage_trigger(config, handle.id, started, ended),
                             config.smoke_test.gpu_usage_timeout_s, result=result)
-        usage = platform.gpu_usage(handle, *result["window"]) if config.profile == "local" else {
-            "source": "cloud-monitoring", "note": "no Dataflow job handle (launch pushed none)"}
+        if config.profile == "local":
+            usage = platform.gpu_usage(handle, *result["window"])
+        elif not config.uses_gpu:
+            usage = {"source": "none", "note": "gpu.type none: CPU workers, no GPU to check"}
+        else:
+            usage = {"source": "cloud-monitoring", "note": "no Dataflow job handle (launch pushed none)"}
         return self._checked(config, result, usage)
 
     def resume_step(self, config, names, platform, context, event, result, **_):

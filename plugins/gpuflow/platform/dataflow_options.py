@@ -19,6 +19,8 @@ def service_options(config: GpuflowConfig) -> list[str]:
     from gpuflow.gpu_options import PREFIX, worker_accelerator
 
     options = list(config.dataflow_service_options)
+    if not config.uses_gpu:  # CPU workers: no accelerator at all
+        return options
     if config.gpu.request == "resource_hint":
         return options if "enable_prime" in options else [*options, "enable_prime"]
     if not any(option.startswith(PREFIX) for option in options):
@@ -37,7 +39,7 @@ def experiments(config: GpuflowConfig) -> list[str]:
 
 def job_name_for(names: ResourceNames, config: GpuflowConfig, kind: str) -> str:
     """Unique per GPU placement, so a fallback never collides with the job it replaces."""
-    gpu = config.gpu.type.removeprefix("nvidia-").removeprefix("tesla-")
+    gpu = config.gpu.type.removeprefix("nvidia-").removeprefix("tesla-") if config.uses_gpu else "cpu"
     return f"{names.prefix}-{kind}-{config.region}-{gpu}"[:63].rstrip("-")
 
 

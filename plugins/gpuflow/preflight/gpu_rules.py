@@ -238,7 +238,7 @@ def streaming_right_fitting_autoscales(config: GpuflowConfig) -> Iterator[Findin
     streaming job then runs on Streaming Engine (--enable_streaming_engine), which autoscales horizontally
     between one worker and worker.max_num_workers.
     """
-    if config.gpu.request != "resource_hint":
+    if config.gpu.request != "resource_hint" or not config.uses_gpu:  # CPU workers: cpu_workers refuses the hint
         return
     if config.worker.max_num_workers <= 1:
         yield error("worker.max_num_workers", "right fitting (gpu.request: resource_hint) on a streaming pipeline "
@@ -291,6 +291,35 @@ def zone_not_pinned(config: GpuflowConfig) -> Iterator[Finding]:
         yield error("gpu.zone", f"zone {config.gpu.zone} is not in region {config.region}",
                     "leave gpu.zone empty (recommended) or pick a zone of the region")
 
+
+#: Machine families whose machine types come with GPUs (g2, a2, a3): no place for CPU workers.
+GPU_MACHINE_FAMILIES = {"g2", "a2", "a3"}
+
+
+def cpu_workers(config: GpuflowConfig) -> Iterator[Finding]:
+    """gpu.type none: guide 002's pipeline on CPU workers, sized by its table of n2-highmem machine types."""
+    size = catalog.model_size(config.model.name)
+    guide = f"guide 002 runs {config.model.name} on {size.cpu_worker_machine}" if size else None
+    if config.require_gpu:
+        yield error("require_gpu", "gpu.type none runs on CPU workers, which never see a GPU",
+                    "set require_gpu: false, or set a gpu.type")
+    if config.gpu.request == "resource_hint":
+        yield error("gpu.request", "right fitting with gpu.type none has no accelerator to hint",
+                    "set gpu.request: worker_accelerator (with gpu.type none, no accelerator is asked for)")
+    if config.gpu.sharing == "mps":
+        yield error("gpu.sharing", "NVIDIA MPS needs a GPU", "set gpu.sharing: auto")
+    machine = catalog.machine_spec(config.gpu.machine_type)
+    if machine is not None and machine.family in GPU_MACHINE_FAMILIES:
+        yield error("gpu.machine_type", f"{machine.name} is a GPU machine type ({machine.family.upper()}), billed for "
+                    "its GPUs", f"set gpu.machine_type: {size.cpu_worker_machine if size else 'n2-highmem-4'}"
+                    + (f" ({guide})" if guide else ""))
+    elif guide and config.gpu.machine_type != size.cpu_worker_machine:
+        yield info("gpu.machine_type", f"{guide}; this run uses {config.gpu.machine_type}",
+                   f"set gpu.machine_type: {size.cpu_worker_machine} for the guide's sizing")
+
+
+#: The rules that apply with gpu.type none, in place of GPU_RULES.
+CPU_RULES = [cpu_workers, zone_not_pinned]
 
 GPU_RULES = [
     gpu_type_known,

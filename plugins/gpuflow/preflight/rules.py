@@ -11,6 +11,7 @@ from pathlib import Path
 from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig
 from gpuflow.preflight.findings import Finding, error, warning
 from gpuflow.preflight.gpu_rules import (
+    CPU_RULES,
     GPU_RULES,
     ZonesOffering,
     region_offers_gpu,
@@ -204,6 +205,8 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
     """Every rule of the workflow. ``zones_offering`` (gcp, from the platform): the region check asks Compute
     Engine instead of reading the offline table."""
     rules = CONFIG_RULES + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
+    if not config.uses_gpu:  # CPU workers (gpu.type none): the CPU rules in place of the GPU ones
+        rules = [rule for rule in rules if rule not in (*GPU_RULES, gcp_runs_on_gpu)] + CPU_RULES
     if zones_offering is not None:
         rules = [functools.partial(region_offers_gpu_now, zones_offering=zones_offering) if rule is region_offers_gpu
                  else rule for rule in rules]

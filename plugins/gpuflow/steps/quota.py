@@ -17,6 +17,9 @@ class QuotaTooLow(RuntimeError):
 
 def check_quota(config: GpuflowConfig, platform: Platform) -> dict[str, Any]:
     """gcp: the regional quota of the GPU's metric must cover the need. local: report this machine's GPUs."""
+    if not config.uses_gpu:
+        log.info("gpu.type none: CPU workers, so no GPU quota to check")
+        return {"source": "none", "readings": [], "enough": True, "note": "gpu.type none: CPU workers"}
     capacity = platform.gpu_capacity()
     if config.profile == "local":
         if capacity["count"]:

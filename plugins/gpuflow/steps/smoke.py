@@ -68,6 +68,8 @@ def format_gpu_usage(usage: dict[str, Any]) -> str:
 def check_gpu_usage(config: GpuflowConfig, usage: dict[str, Any]) -> None:
     """The guide's "no GPU usage": answers came back, but the GPU did not work for them."""
     log.info("%s", format_gpu_usage(usage))
+    if not config.uses_gpu:
+        return
     if config.profile != "gcp" or config.smoke_test.gpu_usage == "ignore" or "max_utilization" not in usage:
         if config.profile == "gcp" and "note" in usage:
             log.warning("%s; the GPU check was not possible", usage["note"])
