@@ -241,19 +241,18 @@ class SmokeTestOperator(GpuflowStepOperator):
 
         result = smoke_test(config, names, platform.conn_id)
         handle = _pushed_handle(context, self.launch_task_id)
-        if config.profile == "gcp" and handle is not None and config.uses_gpu:
+        if not config.uses_gpu:
+            usage = {"source": "none", "note": "gpu.type none: CPU workers, no GPU to check"}
+        else:
+            usage = platform.gpu_usage(handle, *result["window"])
+        if usage is None and handle is not None:  # gcp: wait for Cloud Monitoring in the triggerer
             from gpuflow.triggers.monitoring import gpu_usage_trigger
 
             started, ended = result["window"]
             self.defer_with(context, gpu_usage_trigger(config, handle.id, started, ended),
                             config.smoke_test.gpu_usage_timeout_s, result=result)
-        if config.profile == "local":
-            usage = platform.gpu_usage(handle, *result["window"])
-        elif not config.uses_gpu:
-            usage = {"source": "none", "note": "gpu.type none: CPU workers, no GPU to check"}
-        else:
-            usage = {"source": "cloud-monitoring", "note": "no Dataflow job handle (launch pushed none)"}
-        return self._checked(config, result, usage)
+        return self._checked(config, result, usage or {"source": "cloud-monitoring",
+                                                       "note": "no Dataflow job handle (launch pushed none)"})
 
     def resume_step(self, config, names, platform, context, event, result, **_):
         return self._checked(config, result, event["usage"])

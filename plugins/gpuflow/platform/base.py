@@ -80,5 +80,9 @@ class Platform(Protocol):
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Jobs of this run found without a handle (for cleanup after a failed launch)."""
 
+    def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any] | None:
+        """How busy the GPUs were over [started, ended] (epoch seconds), when it can be read at once (nvidia-smi);
+        None when it is read while the task defers (gcp: Cloud Monitoring, in gpuflow.triggers.monitoring)."""
+
     def gpu_capacity(self) -> dict[str, Any]:
         """GPUs this profile can use: local devices, or regional quota headroom."""
