@@ -12,10 +12,13 @@ Batch (a line in is {"id": ..., "prompt": ...}; a line out adds "response")::
 
     python beam_jobs/llm_inference.py --model-name ... --state-dict-path ... --input prompts.jsonl --output out/
 
-Every prompt ends in exactly one place: answered, or in the dead-letter output with its reason.
+Every prompt ends in exactly one place: answered, or in the dead-letter output with its reason. Batch input is
+read as bytes, so a line that is no UTF-8 (or no JSON object with an id and a string prompt, or a repeated id)
+becomes a dead letter instead of failing the job.
 """
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -285,11 +288,16 @@ class ValidatePrompt(beam.DoFn):
 
 
 def dead_letter(prompt_id: str | None, payload: Any, reason: str) -> beam.pvalue.TaggedOutput:
+    """A dead letter: the id, the prompt or input line as text, and the reason. Bytes that are no UTF-8 are kept
+    exactly too, as ``line_base64``, since JSON text cannot carry them."""
+    letter = {"id": prompt_id, "prompt": payload, "error": reason}
     if isinstance(payload, bytes):
-        payload = payload.decode("utf-8", errors="replace")
-    return beam.pvalue.TaggedOutput(
-        ValidatePrompt.DEAD_LETTER, {"id": prompt_id, "prompt": payload, "error": reason}
-    )
+        letter["prompt"] = payload.decode("utf-8", errors="replace")
+        try:
+            payload.decode("utf-8")
+        except UnicodeDecodeError:
+            letter["line_base64"] = base64.b64encode(payload).decode("ascii")
+    return beam.pvalue.TaggedOutput(ValidatePrompt.DEAD_LETTER, letter)
 
 
 def route_prediction(result: PredictionResult):
@@ -312,17 +320,45 @@ def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:
         yield {"id": prompt_id, "prompt": prompt, "error": reason}
 
 
-def parse_jsonl_line(line: str):
+def parse_jsonl_line(line: bytes | str):
+    """One input line (read as bytes, so that one bad byte cannot fail the read) -> (id, prompt), or a dead letter
+    with the reason and the original line."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            yield dead_letter(None, line, f"invalid UTF-8: {error}")
+            return
+    if not line.strip():
+        yield dead_letter(None, line, "malformed input line: blank")
+        return
     try:
         record = json.loads(line)
     except ValueError as error:
-        yield dead_letter(None, line, f"malformed input line: {error}")
+        yield dead_letter(None, line, f"malformed input line: invalid JSON: {error}")
         return
-    prompt_id = str(record["id"]) if isinstance(record, dict) and record.get("id") is not None else None
-    if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-        yield dead_letter(prompt_id, line, 'malformed input line: expected a JSON object with a string "prompt"')
+    if not isinstance(record, dict):
+        yield dead_letter(None, line, "malformed input line: not a JSON object")
         return
-    yield prompt_id, record["prompt"]
+    prompt_id = str(record["id"]) if record.get("id") not in (None, "") else None
+    if prompt_id is None:
+        yield dead_letter(None, line, 'malformed input line: no "id"')
+    elif "prompt" not in record:
+        yield dead_letter(prompt_id, line, 'malformed input line: no "prompt"')
+    elif not isinstance(record["prompt"], str):
+        yield dead_letter(prompt_id, line, 'malformed input line: "prompt" is not a string')
+    else:
+        yield prompt_id, record["prompt"]
+
+
+def first_of_each_id(grouped: tuple[str, Iterable[str]]):
+    """Batch input: one answer per id. Of lines that share an id, the one whose prompt sorts first is kept (the
+    same on every rerun); the others are dead letters."""
+    prompt_id, prompts = grouped
+    kept, *repeated = sorted(prompts)
+    yield prompt_id, kept
+    for prompt in repeated:
+        yield dead_letter(prompt_id, prompt, f"duplicate id {prompt_id!r}: an earlier line of this input has it")
 
 
 def pubsub_to_record(message) -> tuple[str, bytes]:
@@ -444,12 +480,18 @@ def build_pipeline(
             | "ToRecord" >> beam.Map(pubsub_to_record)
         )
     else:
-        records = (
+        parsed = (
             pipeline
-            | "ReadPrompts" >> beam.io.ReadFromText(args.input)
+            | "ReadPrompts" >> beam.io.ReadFromText(args.input, coder=beam.coders.BytesCoder())
             | "ParseLines" >> beam.FlatMap(parse_jsonl_line).with_outputs(ValidatePrompt.DEAD_LETTER, main="records")
         )
-        bad_lines, records = records[ValidatePrompt.DEAD_LETTER], records.records
+        unique = (
+            parsed.records
+            | "GroupById" >> beam.GroupByKey()
+            | "OnePerId" >> beam.FlatMap(first_of_each_id).with_outputs(ValidatePrompt.DEAD_LETTER, main="records")
+        )
+        bad_lines = (parsed[ValidatePrompt.DEAD_LETTER], unique[ValidatePrompt.DEAD_LETTER]) | "BadLines" >> beam.Flatten()
+        records = unique.records
 
     validated = records | "Validate" >> beam.ParDo(
         ValidatePrompt(args.model_name, args.max_input_tokens)

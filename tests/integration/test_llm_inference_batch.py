@@ -1,5 +1,6 @@
 """The inference pipeline in batch mode on Beam's (bundle-based) DirectRunner, with a real T5."""
 
+import base64
 import json
 
 import pytest
@@ -17,7 +18,7 @@ def read_jsonl(path):
 
 def run_batch(tmp_path, exported_model, lines, model_handler=None, extra=()):
     input_path = tmp_path / "prompts.jsonl"
-    input_path.write_text("\n".join(lines) + "\n")
+    input_path.write_bytes(b"\n".join(line if isinstance(line, bytes) else line.encode() for line in lines) + b"\n")
     argv = [
         "--model-name", str(exported_model.parent), "--state-dict-path", str(exported_model),
         "--max-new-tokens", str(MAX_NEW_TOKENS), "--max-batch-size", "8",
@@ -51,23 +52,44 @@ def test_mixed_lengths_in_shared_batches_equal_generate_alone(tmp_path, exported
         assert answer["response"].strip()
 
 
-def test_bad_lines_land_in_dead_letters_with_reasons(tmp_path, exported_model):
+def test_every_input_line_ends_answered_or_dead_lettered_with_its_reason(tmp_path, exported_model):
+    """One bad byte, or any other malformed line, never fails the batch: each line lands in exactly one place."""
     too_long = " ".join(["river"] * 600)
+    invalid_utf8 = b'{"id": "latin1", "prompt": "caf\xe9"}'
     lines = [
         json.dumps({"id": "good", "prompt": "what is the capital of france"}),
         "this is not json",
         json.dumps({"id": "no-prompt"}),
+        json.dumps({"prompt": "who am i"}),
+        json.dumps({"id": "not-text", "prompt": 42}),
         json.dumps({"id": "empty", "prompt": "   "}),
         json.dumps({"id": "long", "prompt": too_long}),
+        invalid_utf8,
+        "",
+        json.dumps({"id": "twice", "prompt": "a river"}),
+        json.dumps({"id": "twice", "prompt": "b river"}),
+        json.dumps(["a", "list"]),
     ]
     answers, dead_letters = run_batch(tmp_path, exported_model, lines)
-    assert [a["id"] for a in answers] == ["good"]
-    reasons = {letter["id"]: letter["error"] for letter in dead_letters}
-    assert reasons["empty"] == "empty prompt"
+    assert sorted((a["id"], a["prompt"]) for a in answers) == [("good", "what is the capital of france"),
+                                                              ("twice", "a river")]
+    assert len(answers) + len(dead_letters) == len(lines)  # every line in exactly one place
+    reasons = {letter["id"]: letter["error"] for letter in dead_letters if letter["id"]}
+    assert reasons == {
+        "no-prompt": 'malformed input line: no "prompt"',
+        "not-text": 'malformed input line: "prompt" is not a string',
+        "empty": "empty prompt",
+        "long": reasons["long"],
+        "twice": "duplicate id 'twice': an earlier line of this input has it",
+    }
     assert "over the limit of 512" in reasons["long"]
-    assert reasons["no-prompt"].startswith("malformed input line")
-    assert [d["prompt"] for d in dead_letters if d["id"] is None] == ["this is not json"]
-    assert len(dead_letters) == 4
+    anonymous = sorted(letter["error"].split(":")[0] + ":" + letter["error"].split(":")[1]
+                       for letter in dead_letters if letter["id"] is None)
+    assert anonymous == ["invalid UTF-8: 'utf-8' codec can't decode byte 0xe9 in position 31",
+                         "malformed input line: blank", "malformed input line: invalid JSON",
+                         "malformed input line: no \"id\"", "malformed input line: not a JSON object"]
+    (bad_bytes,) = [letter for letter in dead_letters if letter["error"].startswith("invalid UTF-8")]
+    assert base64.b64decode(bad_bytes["line_base64"]) == invalid_utf8  # the original line, byte for byte
 
 
 class FailOnBoom(llm_inference.Seq2SeqGenerateHandler):
