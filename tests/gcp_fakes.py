@@ -140,6 +140,16 @@ class FakeDataflow:
         return dataflow_v1beta3.Job(id=job.id, name=name, project_id=project_id, location=location,
                                     current_state=JobState.JOB_STATE_PENDING)
 
+    def scripted_job(self, script, name: str = "gf-0123456789-llm-inference-us-central1-l4",
+                     location: str = "us-central1"):
+        """A job already launched, whose get_job answers follow ``script``; its handle, as launch would push it."""
+        from gpuflow.platform import JobHandle
+
+        job = FakeJob(id=f"job-{len(self.jobs) + 1}", name=name, location=location, gcs_path="gs://b/t.json",
+                      script=script)
+        self.jobs[job.id] = job
+        return JobHandle(kind="dataflow", id=job.id, name=name, location=location)
+
     # FlexTemplatesServiceClient
     def launch_flex_template(self, request):
         assert isinstance(request, dataflow_v1beta3.LaunchFlexTemplateRequest)
@@ -700,6 +710,15 @@ class FakeGoogleCloud:
     def monitoring_async(self):
         return AsyncTypedClient(self.metrics, {"list_time_series": monitoring_v3.ListTimeSeriesRequest},
                                 monitoring_v3.MetricServiceAsyncClient)
+
+
+def gcp_test_config(*overrides: str):
+    """configs/gcp.example.yaml in the test project, polling at once: the unit tests' gcp configuration."""
+    from gpuflow.config import load_config
+    from tests.helpers import GCP_TEST_PROJECT
+
+    return load_config("configs/gcp.example.yaml", overrides=[
+        f"project={GCP_TEST_PROJECT}", "dataflow.poll_interval_s=0.001", *overrides])
 
 
 def gcp_test_environment(emulator_env: dict[str, str], project: str, conn_id: str) -> dict[str, str]:

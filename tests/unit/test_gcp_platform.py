@@ -5,7 +5,6 @@ import pytest
 from google.cloud import aiplatform_v1, dataflow_v1beta3
 from google.cloud.devtools import cloudbuild_v1
 
-from gpuflow.config import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
 from gpuflow.platform.dataflow_options import job_name_for
@@ -18,27 +17,15 @@ from tests.gcp_fakes import (
     STREAMING_STARTS,
     FakeDataflow,
     FakeGoogleCloud,
-    FakeJob,
     FakeRegionsClient,
     JobState,
+    gcp_test_config,
 )
 from tests.helpers import GCP_TEST_PROJECT
 
 
-def gcp_config(*overrides):
-    return load_config("configs/gcp.example.yaml", overrides=[
-        f"project={GCP_TEST_PROJECT}", "dataflow.poll_interval_s=0.001", *overrides])
-
-
 def platform_with(fake, *overrides):
-    return GcpPlatform(gcp_config(*overrides), clients=fake)
-
-
-def running_job(fake: FakeGoogleCloud, script, name="gf-0123456789-llm-inference-us-central1-l4", location="us-central1"):
-    job = FakeJob(id=f"job-{len(fake.dataflow.jobs) + 1}", name=name, location=location, gcs_path="gs://b/t.json",
-                  script=script)
-    fake.dataflow.jobs[job.id] = job
-    return JobHandle(kind="dataflow", id=job.id, name=name, location=location)
+    return GcpPlatform(gcp_test_config(*overrides), clients=fake)
 
 
 # -- Vertex AI export ------------------------------------------------------------------------------------------
@@ -76,7 +63,7 @@ def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine,
 def test_stop_cancels_or_drains(action, script, requested, monkeypatch, gcp_connection):
     """Through the provider's DataflowHook (the fake sits under its REST client)."""
     fake = FakeGoogleCloud().install(monkeypatch)
-    handle = running_job(fake, script)
+    handle = fake.dataflow.scripted_job(script)
     fake.dataflow.jobs[handle.id].step = len(script) - 2  # the next poll sees the script's last state
     assert platform_with(fake, f"dataflow.stop_action={action}").stop_pipeline(handle) is True
     (update,) = fake.dataflow.calls("update_job")
@@ -86,7 +73,7 @@ def test_stop_cancels_or_drains(action, script, requested, monkeypatch, gcp_conn
 
 def test_stop_leaves_a_finished_job_alone(monkeypatch, gcp_connection):
     fake = FakeGoogleCloud().install(monkeypatch)
-    handle = running_job(fake, BATCH_SUCCEEDS)
+    handle = fake.dataflow.scripted_job(BATCH_SUCCEEDS)
     fake.dataflow.jobs[handle.id].step = len(BATCH_SUCCEEDS) - 1
     assert platform_with(fake).stop_pipeline(handle) is False
     assert fake.dataflow.calls("update_job") == []
@@ -94,9 +81,9 @@ def test_stop_leaves_a_finished_job_alone(monkeypatch, gcp_connection):
 
 def test_cleanup_finds_the_runs_active_jobs_in_every_region_it_may_have_used():
     fake = FakeGoogleCloud()
-    running_job(fake, STREAMING_STARTS, name="gf-0123456789-llm-inference-us-central1-l4")
-    running_job(fake, STREAMING_STARTS, name="gf-0123456789-gpu-check-us-east4-l4", location="us-east4")
-    running_job(fake, STREAMING_STARTS, name="gf-9999999999-llm-inference-us-central1-l4")  # another run's
+    fake.dataflow.scripted_job(STREAMING_STARTS, name="gf-0123456789-llm-inference-us-central1-l4")
+    fake.dataflow.scripted_job(STREAMING_STARTS, name="gf-0123456789-gpu-check-us-east4-l4", location="us-east4")
+    fake.dataflow.scripted_job(STREAMING_STARTS, name="gf-9999999999-llm-inference-us-central1-l4")  # another run's
     platform = platform_with(fake, "gpu.fallbacks=[{region: us-east4}]")
     found = platform.find_run_jobs(resource_names(platform.config, "gf-0123456789"))
     assert sorted((h.name, h.location) for h in found) == [("gf-0123456789-gpu-check-us-east4-l4", "us-east4"),
@@ -106,7 +93,7 @@ def test_cleanup_finds_the_runs_active_jobs_in_every_region_it_may_have_used():
 
 
 def test_fallback_jobs_get_names_of_their_own():
-    config = gcp_config("gpu.fallbacks=[{region: us-east4, type: nvidia-tesla-t4, machine_type: n1-standard-8}]")
+    config = gcp_test_config("gpu.fallbacks=[{region: us-east4, type: nvidia-tesla-t4, machine_type: n1-standard-8}]")
     from gpuflow.troubleshoot import fallback_configs
 
     names = resource_names(config, "gf-0123456789")
@@ -130,7 +117,7 @@ def test_quota_must_cover_count_times_max_workers():
                                                ({**L4_WORKER_REPORT, "gpu_found": False, "errors": [
                                                    "PyTorch failed to detect GPUs with your setup"]}, True)])
 def test_on_google_cloud_workers_without_a_gpu_fail_the_check(report, fails):
-    config = gcp_config("require_gpu=false")
+    config = gcp_test_config("require_gpu=false")
     if fails:
         with pytest.raises(NoGpuOnWorkers, match="PyTorch failed to detect GPUs"):
             judge_gpu_report(config, report)
@@ -173,11 +160,12 @@ def test_on_kill_cancels_the_vertex_job_and_the_build(monkeypatch, gcp_connectio
 
     fake = FakeGoogleCloud().install(monkeypatch)
     platform = platform_with(fake)
+    job_name = f"projects/{GCP_TEST_PROJECT}/locations/us-central1/customJobs/7"
     export = ExportModelOperator(task_id="export_model")
-    export._platform, export._remote_job = platform, f"projects/{GCP_TEST_PROJECT}/locations/us-central1/customJobs/7"
+    export.remember_job(platform, JobHandle(kind="vertex-custom-job", id="7", name=job_name, location="us-central1"))
     export.on_kill()
     build = BuildContainerOperator(task_id="build_container")
-    build._platform, build._build_id = platform, "b7e1c0de"
+    build.remember_job(platform, JobHandle(kind="cloud-build", id="b7e1c0de", name="b7e1c0de", location="us-central1"))
     build.on_kill()
     ((_, cancel_job),) = [r for r in fake.vertex.requests if r[0] == "cancel_custom_job"]
     assert isinstance(cancel_job, aiplatform_v1.CancelCustomJobRequest)
@@ -193,7 +181,8 @@ def test_launch_on_kill_cancels_the_dataflow_job(monkeypatch, gcp_connection):
     fake = FakeGoogleCloud(dataflow=FakeDataflow()).install(monkeypatch)
     platform = platform_with(fake)
     operator = LaunchPipelineOperator(task_id="launch")
-    operator._platform, operator._handle = platform, running_job(fake, STREAMING_STARTS)
+    handle = fake.dataflow.scripted_job(STREAMING_STARTS)
+    operator.remember_job(platform, handle)
     operator.on_kill()
     (update,) = fake.dataflow.calls("update_job")
-    assert update.job_id == operator._handle.id
+    assert update.job_id == handle.id

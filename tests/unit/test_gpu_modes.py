@@ -14,15 +14,10 @@ from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
-from tests.gcp_fakes import FakeGoogleCloud, FakeMonitoring
+from tests.gcp_fakes import FakeGoogleCloud, FakeMonitoring, gcp_test_config
 from tests.helpers import GCP_TEST_PROJECT, first_event
 
 L4 = "type:nvidia-l4;count:1;install-nvidia-driver"
-
-
-def gcp_config(*overrides):
-    return load_config("configs/gcp.example.yaml", overrides=[
-        f"project={GCP_TEST_PROJECT}", "dataflow.poll_interval_s=0.001", *overrides])
 
 
 def options_of(config):
@@ -31,13 +26,13 @@ def options_of(config):
 
 
 def test_worker_accelerator_is_the_default_request():
-    options, argv = options_of(gcp_config())
+    options, argv = options_of(gcp_test_config())
     assert f"--dataflow_service_options=worker_accelerator={L4}" in options
     assert "--accelerator-hint" not in argv and "--dataflow_service_options=enable_prime" not in options
 
 
 def test_resource_hint_asks_on_the_inference_step_with_prime_and_never_sends_worker_accelerator():
-    options, argv = options_of(gcp_config("gpu.request=resource_hint"))
+    options, argv = options_of(gcp_test_config("gpu.request=resource_hint"))
     # The right-fitting page's syntax: the GPU's machine type inside the hint.
     assert argv[argv.index("--accelerator-hint") + 1] == "type:nvidia-l4;count:1;machine_type:g2-standard-8;" \
                                                         "install-nvidia-driver"
@@ -54,17 +49,17 @@ def test_resource_hint_asks_on_the_inference_step_with_prime_and_never_sends_wor
       "gpu.sharing=mps"], False),
 ])
 def test_sharing_decides_the_single_process_experiment(overrides, single_process):
-    config = gcp_config(*overrides)
+    config = gcp_test_config(*overrides)
     assert ("no_use_multiple_sdk_containers" in experiments(config)) is single_process
 
 
 def test_mps_rides_on_worker_accelerator():
-    config = gcp_config("gpu.sharing=mps", "gpu.machine_type=g2-standard-8")
+    config = gcp_test_config("gpu.sharing=mps", "gpu.machine_type=g2-standard-8")
     assert service_options(config) == [f"worker_accelerator={L4};use_nvidia_mps"]
 
 
 def test_model_copies_reach_runinference():
-    _, argv = options_of(gcp_config("gpu.sharing=model_copies", "gpu.model_copies=2"))
+    _, argv = options_of(gcp_test_config("gpu.sharing=model_copies", "gpu.model_copies=2"))
     assert argv[argv.index("--model-copies") + 1] == "2"
 
 
@@ -78,7 +73,7 @@ def test_the_handler_shares_its_copies_across_processes():
 
 
 def test_flex_template_parameters_are_the_jobs_arguments_with_underscores():
-    config = gcp_config("gpu.sharing=model_copies", "gpu.model_copies=2")
+    config = gcp_test_config("gpu.sharing=model_copies", "gpu.model_copies=2")
     names = resource_names(config, "gf-0123456789")
     parameters = flex_parameters("llm_inference", pipeline_argv(config, names), config)
     assert parameters["gpuflow_job"] == "llm_inference"
@@ -112,7 +107,7 @@ def read_usage(monkeypatch, fake, config) -> dict:
 
 def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window(monkeypatch):
     fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=63, memory=41, empty_polls=1))
-    usage = read_usage(monkeypatch, fake, gcp_config())
+    usage = read_usage(monkeypatch, fake, gcp_test_config())
     assert (usage["max_utilization"], usage["max_memory_utilization"], usage["samples"]) == (0.63, 0.41, 4)
     request = fake.metrics.requests[-1]
     assert isinstance(request, monitoring_v3.ListTimeSeriesRequest) and request.name == f"projects/{GCP_TEST_PROJECT}"
@@ -126,7 +121,7 @@ def test_gpu_usage_reads_both_metrics_of_the_job_over_the_window(monkeypatch):
 @pytest.mark.parametrize(("setting", "raises"), [("fail", True), ("warn", False), ("ignore", False)])
 def test_zero_utilisation_fails_or_warns_as_configured(setting, raises, caplog, monkeypatch):
     fake = FakeGoogleCloud(monitoring=FakeMonitoring(utilization=0, memory=2, empty_polls=0))
-    config = gcp_config(f"smoke_test.gpu_usage={setting}")
+    config = gcp_test_config(f"smoke_test.gpu_usage={setting}")
     usage = read_usage(monkeypatch, fake, config)
     if raises:
         with pytest.raises(NoGpuUsage, match="0% utilisation.*require_gpu: true"):
@@ -138,7 +133,7 @@ def test_zero_utilisation_fails_or_warns_as_configured(setting, raises, caplog, 
 
 def test_metrics_that_never_arrive_are_said_and_do_not_fail(caplog, monkeypatch):
     fake = FakeGoogleCloud(monitoring=FakeMonitoring(empty_polls=10_000))
-    config = gcp_config("smoke_test.gpu_usage_timeout_s=0.01")
+    config = gcp_test_config("smoke_test.gpu_usage_timeout_s=0.01")
     usage = read_usage(monkeypatch, fake, config)
     check_gpu_usage(config, usage)
     assert "no GPU metrics for job" in caplog.text
@@ -169,7 +164,7 @@ def test_flex_mode_makes_the_worker_image_its_own_launcher(tmp_path):
 
     from gpuflow.containers import FLEX_LAUNCHER, check_dockerfile, render_recipe
 
-    flex = gcp_config("launch.mode=flex_template")
+    flex = gcp_test_config("launch.mode=flex_template")
     dockerfile = render_recipe(flex, tmp_path / "flex")
     parsed = DockerfileParser(path=str(dockerfile))
     copies = [i["value"] for i in parsed.structure if i["instruction"] == "COPY"]
@@ -178,7 +173,7 @@ def test_flex_mode_makes_the_worker_image_its_own_launcher(tmp_path):
     assert parsed.envs["FLEX_TEMPLATE_PYTHON_PY_FILE"] == "/opt/gpuflow/beam_jobs/flex_main.py"
     assert parsed.envs["PYTHONPATH"] == "/opt/gpuflow/beam_jobs"
     assert check_dockerfile(dockerfile, flex) == []
-    direct_dockerfile = render_recipe(gcp_config(), tmp_path / "direct")
+    direct_dockerfile = render_recipe(gcp_test_config(), tmp_path / "direct")
     assert "FLEX_TEMPLATE_PYTHON_PY_FILE" not in direct_dockerfile.read_text()
     assert [p for p in check_dockerfile(direct_dockerfile, flex) if "flex_template" in p]
 
@@ -187,8 +182,8 @@ def test_preflight_compares_the_launch_environment_only_in_direct_mode():
     from gpuflow.preflight.rules import launch_environment_matches_container
 
     drifted = ["beam_version=2.60.0", "container.recipe=l4"]
-    assert [f.field for f in launch_environment_matches_container(gcp_config(*drifted))] == ["beam_version"]
-    assert list(launch_environment_matches_container(gcp_config(*drifted, "launch.mode=flex_template"))) == []
+    assert [f.field for f in launch_environment_matches_container(gcp_test_config(*drifted))] == ["beam_version"]
+    assert list(launch_environment_matches_container(gcp_test_config(*drifted, "launch.mode=flex_template"))) == []
 
 
 def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypatch, gcp_connection):
@@ -206,7 +201,7 @@ def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypat
     text = capsys.readouterr().out
     printed = dataflow_v1beta3.LaunchFlexTemplateRequest.from_json(text[text.index("{"):])
 
-    config = gcp_config(*overrides[1:])
+    config = gcp_test_config(*overrides[1:])
     names = resource_names(config, run_prefix("llm_streaming_inference", "manual__7"))
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's DataflowHook
     platform = GcpPlatform(config)

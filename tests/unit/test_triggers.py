@@ -26,17 +26,12 @@ from tests.gcp_fakes import (
     ZONE_EXHAUSTED,
     FakeCloudBuild,
     FakeGoogleCloud,
-    FakeJob,
     FakeVertex,
     Importance,
     JobState,
+    gcp_test_config,
 )
 from tests.helpers import GCP_TEST_PROJECT, first_event
-
-
-def gcp_config(*overrides):
-    return load_config("configs/gcp.example.yaml", overrides=[
-        f"project={GCP_TEST_PROJECT}", "dataflow.poll_interval_s=0.001", *overrides])
 
 
 @pytest.fixture
@@ -45,16 +40,9 @@ def cloud(monkeypatch, gcp_connection):
     return FakeGoogleCloud().install(monkeypatch)
 
 
-def dataflow_job(cloud, script, location="us-central1") -> JobHandle:
-    job = FakeJob(id=f"job-{len(cloud.dataflow.jobs) + 1}", name="gf-0123456789-llm-inference-us-central1-l4",
-                  location=location, gcs_path="gs://b/t.json", script=script)
-    cloud.dataflow.jobs[job.id] = job
-    return JobHandle(kind="dataflow", id=job.id, name=job.name, location=location)
-
-
 def dataflow_trigger(cloud, script, until="running", timeout_s=5.0):
-    handle = dataflow_job(cloud, script)
-    return handle, job_trigger(gcp_config(), handle, until, timeout_s)
+    handle = cloud.dataflow.scripted_job(script)
+    return handle, job_trigger(gcp_test_config(), handle, until, timeout_s)
 
 
 # -- Dataflow: workers started, done, stopped, or the reason it will not ----------------------------------------
@@ -154,7 +142,7 @@ def vertex_handle():
 def test_the_export_trigger_is_the_providers_custom_job_trigger(cloud):
     from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
 
-    trigger = job_trigger(gcp_config(), vertex_handle(), "done", 30)
+    trigger = job_trigger(gcp_test_config(), vertex_handle(), "done", 30)
     assert isinstance(trigger, CustomJobTrigger)
     event = first_event(trigger)
     assert event["status"] == "success" and event["custom_job"]["name"].endswith("/customJobs/4411")
@@ -164,7 +152,7 @@ def test_the_export_trigger_is_the_providers_custom_job_trigger(cloud):
 
 def test_an_export_that_outlasts_its_timeout_is_cancelled(cloud):
     cloud.vertex = FakeVertex(running_polls=10**6)
-    event = first_event(job_trigger(gcp_config(), vertex_handle(), "done", 0.5))
+    event = first_event(job_trigger(gcp_test_config(), vertex_handle(), "done", 0.5))
     assert event["status"] == "error" and "did not finish within 0s and was cancelled" in event["message"]
     ((_, cancel),) = [r for r in cloud.vertex.requests if r[0] == "cancel_custom_job"]
     assert cancel.name == vertex_handle().name
@@ -175,7 +163,7 @@ def test_a_failed_build_ends_with_cloud_builds_detail_and_a_killed_one_is_cancel
     cloud.build = FakeCloudBuild(cloud.registry, fail_with=detail)
     cloud.build.create_build(cloudbuild_v1.CreateBuildRequest(build=cloudbuild_v1.Build(images=["img:tag"])))
     handle = JobHandle(kind="cloud-build", id="b7e1c0de", name="b7e1c0de", location="us-central1")
-    trigger = job_trigger(gcp_config("dataflow.poll_interval_s=0.01"), handle, "done", 30)
+    trigger = job_trigger(gcp_test_config("dataflow.poll_interval_s=0.01"), handle, "done", 30)
     assert first_event(trigger) == {"status": "error", "message": detail}
     asyncio.run(trigger.on_kill())
     ((_, cancel),) = [r for r in cloud.build.requests if r[0] == "cancel_build"]

@@ -80,6 +80,8 @@ class GpuflowStepOperator(BaseOperator):
 
     template_fields = ("config_json", "image")
     ui_color = "#e8f4fd"
+    _platform = None
+    _job = None  # the job this task started and still runs in its process: on_kill stops it
 
     # The one __init__ of all step operators, with the few step-specific arguments: Airflow merges the DAG's
     # defaults once per __init__ in the class chain, and every merge counts at DAG parse time.
@@ -105,8 +107,39 @@ class GpuflowStepOperator(BaseOperator):
     def resume(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         """Where a deferred step goes on: the trigger's event, and what ``defer_on`` carried over (in XCom: Airflow
         keeps a task's XComs across a deferral, while ``dag.test`` drops the defer kwargs once an event arrives)."""
-        carried = context["ti"].xcom_pull(task_ids=self.task_id, key=RESUME_KEY) or {}
-        return self._in_platform(context, self.resume_step, event=event or {}, **{**carried, **kwargs})
+        from gpuflow.platform import JobHandle
+
+        carried = {**(context["ti"].xcom_pull(task_ids=self.task_id, key=RESUME_KEY) or {}), **kwargs}
+        if carried.get("handle"):  # defer_on's job handle, back from its JSON form
+            carried["handle"] = JobHandle.model_validate(carried["handle"])
+        return self._in_platform(context, self.resume_step, event=event or {}, **carried)
+
+    def remember_job(self, platform, handle) -> None:
+        """The job this task just started: ``on_kill`` stops it until the task defers (then the trigger's does)."""
+        self._platform, self._job = platform, handle
+
+    def on_kill(self) -> None:
+        if self._platform is not None and self._job is not None:
+            log.info("task killed: stopping %s %s", self._job.kind, self._job.name)
+            self.stop_job(self._platform, self._job)
+
+    def stop_job(self, platform, handle) -> None:
+        """How this step stops its job on kill: a Dataflow job or pipeline process by default."""
+        platform.stop_pipeline(handle)
+
+    def defer_on_started_job(self, context: Any, config, platform, result: dict[str, Any], link: Any,
+                             timeout_s: float) -> None:
+        """A step's result whose ``job`` is still running remotely (the export, the build): remember it, push its
+        console link (``link.source_key``), and defer until it is done; a result without one returns at once."""
+        from gpuflow.platform import JobHandle
+
+        job = result.pop("job", None)
+        if not job:
+            return
+        handle = JobHandle.model_validate(job)
+        self.remember_job(platform, handle)
+        context["ti"].xcom_push(key=link.source_key, value=handle.url)
+        self.defer_on(context, config, platform, handle, "done", timeout_s, result=result)
 
     def defer_on(self, context: Any, config, platform, handle, until: str, timeout_s: float | None = None,
                  **carry: Any) -> None:

@@ -66,21 +66,12 @@ class ExportModelOperator(GpuflowStepOperator):
     ``on_kill`` (and the trigger's, while deferred) cancels the job."""
 
     operator_extra_links = (VertexAIJobLink(),)
-    _platform = None
-    _remote_job = None
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.platform import JobHandle
         from gpuflow.steps.export import export_model
 
-        self._platform = platform
         result = export_model(config, names, platform)
-        job = result.pop("job", None)
-        if job:
-            handle = JobHandle.model_validate(job)
-            self._remote_job = handle.name
-            context["ti"].xcom_push(key=VertexAIJobLink.source_key, value=handle.url)
-            self.defer_on(context, config, platform, handle, "done", config.export.timeout_s, result=result)
+        self.defer_on_started_job(context, config, platform, result, VertexAIJobLink, config.export.timeout_s)
         return self._exported(config, context, result)
 
     def resume_step(self, config, names, platform, context, event, handle, result):
@@ -99,10 +90,8 @@ class ExportModelOperator(GpuflowStepOperator):
         }
         return result
 
-    def on_kill(self) -> None:
-        if self._platform is not None and self._remote_job:
-            log.info("task killed: cancelling %s", self._remote_job)
-            self._platform.cancel_export(self._remote_job)
+    def stop_job(self, platform, handle) -> None:
+        platform.cancel_export(handle.name)
 
 
 class BuildContainerOperator(GpuflowStepOperator):
@@ -110,34 +99,23 @@ class BuildContainerOperator(GpuflowStepOperator):
     ``on_kill`` (and the trigger's, while deferred) cancels the build."""
 
     operator_extra_links = (CloudBuildLink(),)
-    _platform = None
-    _build_id = None
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.platform import JobHandle
         from gpuflow.steps.container import build_container
 
-        self._platform = platform
         result = build_container(config, names, platform)
-        job = result.pop("job", None)
-        if job:
-            handle = JobHandle.model_validate(job)
-            self._build_id = handle.id
-            context["ti"].xcom_push(key=CloudBuildLink.source_key, value=handle.url)
-            self.defer_on(context, config, platform, handle, "done", config.container.build_timeout_s, result=result)
+        self.defer_on_started_job(context, config, platform, result, CloudBuildLink, config.container.build_timeout_s)
         return result
 
     def resume_step(self, config, names, platform, context, event, handle, result):
         if not event_succeeded(event):
-            raise AirflowException(f"Cloud Build {handle['id']} failed: {event.get('message')}. Fix: read its log "
+            raise AirflowException(f"Cloud Build {handle.id} failed: {event.get('message')}. Fix: read its log "
                                    "(the task's Cloud Build link).")
-        log.info("container image %s: built by Cloud Build %s", result["image"], handle["id"])
-        return {**result, "built": True, "detail": f"built by Cloud Build {handle['id']}"}
+        log.info("container image %s: built by Cloud Build %s", result["image"], handle.id)
+        return {**result, "built": True, "detail": f"built by Cloud Build {handle.id}"}
 
-    def on_kill(self) -> None:
-        if self._platform is not None and self._build_id:
-            log.info("task killed: cancelling build %s", self._build_id)
-            self._platform.cancel_build(self._build_id)
+    def stop_job(self, platform, handle) -> None:
+        platform.cancel_build(handle.id)
 
 
 def _image_of(build_result: Any) -> str:
@@ -148,22 +126,17 @@ def _image_of(build_result: Any) -> str:
 class VerifyGpuOperator(GpuflowStepOperator):
     """Starts the GPU check job where the workers run, defers until it is done, then judges its report."""
 
-    _platform = None
-    _handle = None
-
     def run_step(self, config, names, platform, context):
         if not config.uses_gpu:
             log.info("gpu.type none: the workers run on CPU, so there is no GPU to check")
             return {"gpu_found": False, "skipped": "gpu.type none: CPU workers"}
-        self._platform = platform
-        self._handle = platform.start_gpu_check(names, _image_of(self.image))
-        self.defer_on(context, config, platform, self._handle, "done")
+        handle = platform.start_gpu_check(names, _image_of(self.image))
+        self.remember_job(platform, handle)
+        self.defer_on(context, config, platform, handle, "done")
 
     def resume_step(self, config, names, platform, context, event, handle):
-        from gpuflow.platform import JobHandle
         from gpuflow.steps.gpu import NoGpuOnWorkers, judge_gpu_report
 
-        handle = JobHandle.model_validate(handle)
         if not event_succeeded(event):
             platform.stop_pipeline(handle)
             raise AirflowException(f"the GPU check did not finish: {event.get('message')}")
@@ -171,10 +144,6 @@ class VerifyGpuOperator(GpuflowStepOperator):
             return judge_gpu_report(config, platform.gpu_check_report(names, handle))
         except NoGpuOnWorkers as error:
             raise AirflowFailException(str(error)) from None
-
-    def on_kill(self) -> None:
-        if self._platform is not None and self._handle is not None:
-            self._platform.stop_pipeline(self._handle)
 
 
 class LaunchPipelineOperator(GpuflowStepOperator):
@@ -185,8 +154,6 @@ class LaunchPipelineOperator(GpuflowStepOperator):
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowJobLink(),)
-    _platform = None
-    _handle = None
 
     def run_step(self, config, names, platform, context):
         return self._start(config, names, context, after=0, failures=[])
@@ -201,16 +168,15 @@ class LaunchPipelineOperator(GpuflowStepOperator):
             placement, handle = start_next_placement(config, names, _image_of(self.image), after, failures)
         except (FallbacksExhausted, QuotaTooLow) as error:
             raise AirflowFailException(str(error)) from None
-        self._platform, self._handle = get_platform(placement.config), handle
+        platform = get_platform(placement.config)
+        self.remember_job(platform, handle)
         context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
-        self.defer_on(context, placement.config, self._platform, handle, "running", placement=placement.number,
+        self.defer_on(context, placement.config, platform, handle, "running", placement=placement.number,
                       failures=failures)
 
     def resume_step(self, config, names, platform, context, event, handle, placement, failures):
-        from gpuflow.platform import JobHandle
         from gpuflow.steps.launch import after_failed_start
 
-        handle = JobHandle.model_validate(handle)
         if event_succeeded(event):
             log.info("%s", event.get("message"))
             return handle.to_xcom()
@@ -218,11 +184,6 @@ class LaunchPipelineOperator(GpuflowStepOperator):
         if after_failed_start(config, placement, handle, message, failures):
             return self._start(config, names, context, after=placement, failures=failures)
         raise AirflowException(message)
-
-    def on_kill(self) -> None:
-        if self._platform is not None and self._handle is not None:
-            log.info("task killed: stopping pipeline %s", self._handle.name)
-            self._platform.stop_pipeline(self._handle)
 
 
 def _pushed_handle(context: Any, launch_task_id: str):

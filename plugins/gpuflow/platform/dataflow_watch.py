@@ -37,13 +37,11 @@ class JobOutcome:
         return {"status": self.status, "message": self.message, **extra}
 
 
-def _state_names():
-    from google.cloud import dataflow_v1beta3
-
-    states = dataflow_v1beta3.JobState
-    ended = {states.JOB_STATE_FAILED, states.JOB_STATE_CANCELLED, states.JOB_STATE_DRAINED,
-             states.JOB_STATE_STOPPED, states.JOB_STATE_UPDATED}
-    return states, ended
+#: Dataflow's job states from which a job does not move on, by name (the REST API's and the JobState enum's).
+TERMINAL_STATES = frozenset({"JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_DRAINED",
+                             "JOB_STATE_UPDATED", "JOB_STATE_STOPPED"})
+#: Those that end a job without its work done.
+ENDED_UNDONE = TERMINAL_STATES - {"JOB_STATE_DONE"}
 
 
 @dataclass
@@ -69,10 +67,9 @@ class DataflowStartWatch:
 
         from gpuflow.troubleshoot import classify
 
-        states, ended = _state_names()
-        state = states(state)
+        state = dataflow_v1beta3.JobState(state)
         if self.until == "stopped":
-            if state in ended or state == states.JOB_STATE_DONE:
+            if state.name in TERMINAL_STATES:
                 return JobOutcome("reached", f"Dataflow job {self.job_id} is {state.name}")
             log.info("Dataflow job %s: %s (%.0fs)", self.job_id, state.name, elapsed_s)
             return None
@@ -94,12 +91,12 @@ class DataflowStartWatch:
                 diagnosis = classify(message.message_text)
                 if diagnosis and diagnosis.try_fallback:
                     return JobOutcome("failed", f"Dataflow job {self.job_id}: {message.message_text}{self._diagnosis()}")
-        if state in ended:
+        if state.name in ENDED_UNDONE:
             return JobOutcome("failed", f"Dataflow job {self.job_id} ended {state.name}: "
                                         f"{' | '.join(self.errors) or 'no error message'}.{self._diagnosis()}")
-        if self.until == "done" and state == states.JOB_STATE_DONE:
+        if self.until == "done" and state == dataflow_v1beta3.JobState.JOB_STATE_DONE:
             return JobOutcome("reached", f"Dataflow job {self.job_id} is done ({elapsed_s:.0f}s)")
-        if self.until == "running" and state == states.JOB_STATE_RUNNING and self.workers_started:
+        if self.until == "running" and state == dataflow_v1beta3.JobState.JOB_STATE_RUNNING and self.workers_started:
             return JobOutcome("reached", f"Dataflow job {self.job_id} is running and its workers have started "
                                          f"({elapsed_s:.0f}s)")
         log.info("Dataflow job %s: %s, %s (%.0fs)", self.job_id, state.name,

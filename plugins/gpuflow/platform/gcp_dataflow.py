@@ -34,13 +34,10 @@ from gpuflow.platform.dataflow_options import (
     staging_variables,
     template_uri_for,
 )
+from gpuflow.platform.dataflow_watch import TERMINAL_STATES
 from gpuflow.platform.gcp_service import GcpService
 
 log = logging.getLogger(__name__)
-
-#: Dataflow's job states from which a job does not move on (their REST names, as DataflowHook reads them).
-TERMINAL_STATES = frozenset({"JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_DRAINED",
-                             "JOB_STATE_UPDATED", "JOB_STATE_STOPPED"})
 
 
 class DataflowJobFailed(RuntimeError):

@@ -21,10 +21,18 @@ from airflow.triggers.base import TriggerEvent
 
 
 class _TimeoutAndCancel:
-    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then on_kill() (the cancel)."""
+    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then on_kill() (the cancel). It adds
+    ``timeout_s`` to the trigger's arguments and serializes under the subclass's own classpath."""
 
-    timeout_s: float
-    what: str
+    what: str  # the job, in the timeout's message
+
+    def __init__(self, *, timeout_s: float, **kwargs: Any):
+        super().__init__(**kwargs)  # type: ignore[call-arg]
+        self.timeout_s = timeout_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        _, kwargs = super().serialize()  # type: ignore[misc]
+        return f"{type(self).__module__}.{type(self).__qualname__}", {**kwargs, "timeout_s": self.timeout_s}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         events = super().run()  # type: ignore[misc]
@@ -46,31 +54,21 @@ class _TimeoutAndCancel:
 
 
 class CancellingCustomJobTrigger(_TimeoutAndCancel, CustomJobTrigger):
-    def __init__(self, *, timeout_s: float, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.timeout_s = timeout_s
-        self.what = f"Vertex AI custom job {self.custom_job_id}"
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        _, kwargs = super().serialize()
-        return "gpuflow.triggers.cancelling.CancellingCustomJobTrigger", {**kwargs, "timeout_s": self.timeout_s}
+    @property
+    def what(self) -> str:
+        return f"Vertex AI custom job {self.custom_job_id}"
 
     async def on_kill(self) -> None:
         client = await self.async_hook.get_job_service_client(region=self.location)
         await client.cancel_custom_job(
             request={"name": client.custom_job_path(self.project_id, self.location, self.custom_job_id)})
-        self.log.info("requested the cancellation of Vertex AI custom job %s", self.custom_job_id)
+        self.log.info("requested the cancellation of %s", self.what)
 
 
 class CancellingCloudBuildTrigger(_TimeoutAndCancel, CloudBuildCreateBuildTrigger):
-    def __init__(self, *, timeout_s: float, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.timeout_s = timeout_s
-        self.what = f"Cloud Build {self.id_}"
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        _, kwargs = super().serialize()
-        return "gpuflow.triggers.cancelling.CancellingCloudBuildTrigger", {**kwargs, "timeout_s": self.timeout_s}
+    @property
+    def what(self) -> str:
+        return f"Cloud Build {self.id_}"
 
     async def on_kill(self) -> None:
         from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
@@ -78,20 +76,15 @@ class CancellingCloudBuildTrigger(_TimeoutAndCancel, CloudBuildCreateBuildTrigge
 
         hook = CloudBuildHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
         await sync_to_async(hook.cancel_build)(id_=self.id_, project_id=self.project_id, location=self.location)
-        self.log.info("requested the cancellation of Cloud Build %s", self.id_)
+        self.log.info("requested the cancellation of %s", self.what)
 
 
 class CancellingDataprocBatchTrigger(_TimeoutAndCancel, DataprocBatchTrigger):
     """The provider's DataprocBatchTrigger (it has no on_kill for batches), cancelling the batch's operation."""
 
-    def __init__(self, *, timeout_s: float, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.timeout_s = timeout_s
-        self.what = f"Dataproc batch {self.batch_id}"
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        _, kwargs = super().serialize()
-        return "gpuflow.triggers.cancelling.CancellingDataprocBatchTrigger", {**kwargs, "timeout_s": self.timeout_s}
+    @property
+    def what(self) -> str:
+        return f"Dataproc batch {self.batch_id}"
 
     async def on_kill(self) -> None:
         from asgiref.sync import sync_to_async
@@ -103,4 +96,4 @@ class CancellingDataprocBatchTrigger(_TimeoutAndCancel, DataprocBatchTrigger):
                 hook.get_operations_client(self.region).cancel_operation(name=batch.operation)
 
         await sync_to_async(cancel)()
-        self.log.info("requested the cancellation of Dataproc batch %s", self.batch_id)
+        self.log.info("requested the cancellation of %s", self.what)
