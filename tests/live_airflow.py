@@ -43,7 +43,7 @@ class LiveAirflow:
 
     def env(self) -> dict[str, str]:
         return {
-            **os.environ,
+            **{key: value for key, value in os.environ.items() if key != "GPUFLOW_TRIGGER_SETTLE_S"},
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),

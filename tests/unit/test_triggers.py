@@ -218,3 +218,23 @@ def test_on_kill_stops_the_local_process(tmp_path):
     asyncio.run(job_trigger(load_config(None), handle, "running", 30).on_kill())
     process.wait(timeout=15)
     assert not process_alive(process.pid)
+
+
+def test_an_early_event_is_held_for_the_settle_time_and_a_late_one_is_not(tmp_path):
+    """Airflow 3.3.2 fails a task whose trigger fires before the scheduler has seen the deferring process exit
+    (apache/airflow#67287): gpuflow's triggers hold an early event for settle_s, and only an early one."""
+    from gpuflow.triggers.local import LocalProcessTrigger
+
+    handle, process = start_process(tmp_path, "pass")
+    process.wait()
+    for settle_s, at_least in ((0.8, 0.8), (0.0, 0.0)):
+        trigger = LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until="done", timeout_s=30,
+                                      settle_s=settle_s)
+        started = time.monotonic()
+        assert first_event(trigger)["status"] == "reached"
+        assert at_least <= time.monotonic() - started < at_least + 0.7
+    slow, process = start_process(tmp_path, "import time; time.sleep(1.5)")
+    started = time.monotonic()
+    event = first_event(LocalProcessTrigger(pid=int(slow.id), log_path=slow.location, until="done", timeout_s=30,
+                                            settle_s=0.8))
+    assert event["status"] == "reached" and 1.4 < time.monotonic() - started < 2.6  # no settle added to a long wait

@@ -19,23 +19,27 @@ from airflow.providers.google.cloud.triggers.dataproc import DataprocBatchTrigge
 from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
 from airflow.triggers.base import TriggerEvent
 
+from gpuflow.triggers.settle import SETTLE_S, settled
+
 
 class _TimeoutAndCancel:
-    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then on_kill() (the cancel). It adds
-    ``timeout_s`` to the trigger's arguments and serializes under the subclass's own classpath."""
+    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then on_kill() (the cancel); its event held
+    for ``settle_s`` (``gpuflow.triggers.settle``). It adds both to the trigger's arguments and serializes under the
+    subclass's own classpath."""
 
     what: str  # the job, in the timeout's message
 
-    def __init__(self, *, timeout_s: float, **kwargs: Any):
+    def __init__(self, *, timeout_s: float, settle_s: float = SETTLE_S, **kwargs: Any):
         super().__init__(**kwargs)  # type: ignore[call-arg]
-        self.timeout_s = timeout_s
+        self.timeout_s, self.settle_s = timeout_s, settle_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         _, kwargs = super().serialize()  # type: ignore[misc]
-        return f"{type(self).__module__}.{type(self).__qualname__}", {**kwargs, "timeout_s": self.timeout_s}
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {**kwargs, "timeout_s": self.timeout_s, "settle_s": self.settle_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        events = super().run()  # type: ignore[misc]
+        events = settled(super().run(), self.settle_s)  # type: ignore[misc]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         try:

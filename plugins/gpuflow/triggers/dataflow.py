@@ -14,23 +14,25 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
+
+from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
 
 #: API errors in a row that end the wait (one blip is retried at the next poll).
 MAX_POLL_ERRORS = 3
 
 
-class DataflowJobStartTrigger(BaseTrigger):
+class DataflowJobStartTrigger(SettlingTrigger):
     def __init__(self, project_id: str, location: str, job_id: str, until: str, timeout_s: float,
                  gcp_conn_id: str = "google_cloud_default", impersonation_chain: Any = None,
-                 poll_interval_s: float = 10.0, cancel_on_kill: bool = True):
-        super().__init__()
+                 poll_interval_s: float = 10.0, cancel_on_kill: bool = True, settle_s: float = SETTLE_S):
+        super().__init__(settle_s)
         self.project_id, self.location, self.job_id = project_id, location, job_id
         self.until, self.timeout_s, self.poll_interval_s = until, timeout_s, poll_interval_s
         self.gcp_conn_id, self.impersonation_chain, self.cancel_on_kill = gcp_conn_id, impersonation_chain, cancel_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("gpuflow.triggers.dataflow.DataflowJobStartTrigger", {
+        return self._with_settle("gpuflow.triggers.dataflow.DataflowJobStartTrigger", {
             "project_id": self.project_id, "location": self.location, "job_id": self.job_id, "until": self.until,
             "timeout_s": self.timeout_s, "gcp_conn_id": self.gcp_conn_id,
             "impersonation_chain": self.impersonation_chain, "poll_interval_s": self.poll_interval_s,
@@ -57,7 +59,7 @@ class DataflowJobStartTrigger(BaseTrigger):
             events += page.autoscaling_events
         return job.current_state, messages, events
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    async def events(self) -> AsyncIterator[TriggerEvent]:
         from gpuflow.platform.dataflow_watch import DataflowStartWatch
 
         hook, watch = self._hook(), DataflowStartWatch(self.job_id, self.until)  # type: ignore[arg-type]

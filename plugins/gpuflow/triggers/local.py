@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
+
+from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
 
 #: Seconds between "still waiting" lines in the log.
 REPORT_EVERY_S = 10.0
@@ -20,14 +22,14 @@ def _log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-class LocalProcessTrigger(BaseTrigger):
-    def __init__(self, pid: int, log_path: str, until: str, timeout_s: float, poll_interval_s: float = 0.5):
-        super().__init__()
+class LocalProcessTrigger(SettlingTrigger):
+    def __init__(self, pid: int, log_path: str, until: str, timeout_s: float, poll_interval_s: float = 0.5, settle_s: float = SETTLE_S):
+        super().__init__(settle_s)
         self.pid, self.log_path, self.until = pid, log_path, until
         self.timeout_s, self.poll_interval_s = timeout_s, poll_interval_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("gpuflow.triggers.local.LocalProcessTrigger", {
+        return self._with_settle("gpuflow.triggers.local.LocalProcessTrigger", {
             "pid": self.pid, "log_path": self.log_path, "until": self.until, "timeout_s": self.timeout_s,
             "poll_interval_s": self.poll_interval_s})
 
@@ -45,7 +47,7 @@ class LocalProcessTrigger(BaseTrigger):
         return {"status": "failed",
                 "message": f"the pipeline process {self.pid} exited before it ran. Log tail:\n{_log_tail(path)}"}
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    async def events(self) -> AsyncIterator[TriggerEvent]:
         started = last_report = time.monotonic()
         while True:
             event = self._check()

@@ -7,7 +7,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
+
+from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
 
 
 def gpu_usage_trigger(config: Any, job_id: str, started: float, ended: float) -> GpuMetricsTrigger:
@@ -21,16 +23,16 @@ def gpu_usage_trigger(config: Any, job_id: str, started: float, ended: float) ->
         poll_interval_s=config.dataflow.poll_interval_s)
 
 
-class GpuMetricsTrigger(BaseTrigger):
+class GpuMetricsTrigger(SettlingTrigger):
     def __init__(self, project_id: str, job_id: str, metrics: dict[str, str], started: float, ended: float,
-                 timeout_s: float, gcp_conn_id: str = "google_cloud_default", poll_interval_s: float = 10.0):
-        super().__init__()
+                 timeout_s: float, gcp_conn_id: str = "google_cloud_default", poll_interval_s: float = 10.0, settle_s: float = SETTLE_S):
+        super().__init__(settle_s)
         self.project_id, self.job_id, self.metrics = project_id, job_id, metrics
         self.started, self.ended, self.timeout_s = started, ended, timeout_s
         self.gcp_conn_id, self.poll_interval_s = gcp_conn_id, poll_interval_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("gpuflow.triggers.monitoring.GpuMetricsTrigger", {
+        return self._with_settle("gpuflow.triggers.monitoring.GpuMetricsTrigger", {
             "project_id": self.project_id, "job_id": self.job_id, "metrics": self.metrics, "started": self.started,
             "ended": self.ended, "timeout_s": self.timeout_s, "gcp_conn_id": self.gcp_conn_id,
             "poll_interval_s": self.poll_interval_s})
@@ -43,7 +45,7 @@ class GpuMetricsTrigger(BaseTrigger):
             readings[label] = point_values([series async for series in await client.list_time_series(request=request)])
         return readings
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    async def events(self) -> AsyncIterator[TriggerEvent]:
         from asgiref.sync import sync_to_async
 
         from gpuflow.platform import gcp_service
