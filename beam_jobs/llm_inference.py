@@ -8,9 +8,13 @@ Streaming::
         --messages-subscription projects/P/subscriptions/S --responses-topic projects/P/topics/T \
         --dead-letter-topic projects/P/topics/D [Beam pipeline options]
 
-Batch (a line in is {"id": ..., "prompt": ...}; a line out adds "response")::
+Batch (a line in is {"id": ..., "prompt": ...}; an answer line adds "response" and "model")::
 
-    python beam_jobs/llm_inference.py --model-name ... --state-dict-path ... --input prompts.jsonl --output out/
+    python beam_jobs/llm_inference.py --model-name ... --state-dict-path ... --input "prompts/*.jsonl" --output out/ \
+        [--dead-letter-output dead/]
+
+A batch job also writes summary.json beside its answers: lines in, answered, dead-lettered (by reason), tokens
+generated.
 
 Every prompt ends in exactly one place: answered, or in the dead-letter output with its reason. Batch input is
 read as bytes, so a line that is no UTF-8 (or no JSON object with an id and a string prompt, or a repeated id)
@@ -156,6 +160,10 @@ class LoadedSeq2Seq:
 
     def generate(self, token_lists: Sequence[list[int]], max_new_tokens: int) -> list[str]:
         """Greedy answers for a batch, padded with an attention mask, in one ``generate`` call."""
+        return [text for text, _ in self.generate_counted(token_lists, max_new_tokens)]
+
+    def generate_counted(self, token_lists: Sequence[list[int]], max_new_tokens: int) -> list[tuple[str, int]]:
+        """Each answer with the number of tokens generated for it (neither padding nor end-of-sequence)."""
         import torch
 
         pad_id = self.model.config.pad_token_id or 0
@@ -173,7 +181,11 @@ class LoadedSeq2Seq:
                 do_sample=False,
                 num_beams=1,
             )
-        return self.tokenizer.batch_decode(output, skip_special_tokens=True)
+        generated = output[:, 1:]  # after the decoder's start token
+        eos_id = self.model.config.eos_token_id
+        counts = ((generated != pad_id) & (generated != (eos_id if eos_id is not None else -1))).sum(dim=1)
+        texts = self.tokenizer.batch_decode(output, skip_special_tokens=True)
+        return list(zip(texts, counts.tolist(), strict=True))
 
 
 class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedSeq2Seq]):
@@ -231,8 +243,8 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
         )
         return LoadedSeq2Seq(model, load_tokenizer(model_dir), device)
 
-    def _generate(self, loaded: LoadedSeq2Seq, token_lists: Sequence[list[int]]) -> list[str]:
-        return loaded.generate(token_lists, self.max_new_tokens)
+    def _generate(self, loaded: LoadedSeq2Seq, token_lists: Sequence[list[int]]) -> list[tuple[str, int]]:
+        return loaded.generate_counted(token_lists, self.max_new_tokens)
 
     def run_inference(
         self, batch: Sequence[PromptElement], model: LoadedSeq2Seq, inference_args: dict[str, Any] | None = None
@@ -241,7 +253,8 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
             answers: list[Any] = self._generate(model, [tokens for _, _, tokens in batch])
         except Exception as batch_error:  # retry one by one so one bad prompt cannot sink its batch
             if len(batch) == 1:
-                answers = [{"error": f"inference failed: {type(batch_error).__name__}: {batch_error}"}]
+                answers = [{"error": f"inference failed: {type(batch_error).__name__}: {batch_error}",
+                            "reason": "inference_failed"}]
             else:
                 log.warning("gpuflow: batch of %d failed (%s); retrying prompts one by one", len(batch), batch_error)
                 answers = [next(iter(self.run_inference([element], model))).inference for element in batch]
@@ -273,24 +286,29 @@ class ValidatePrompt(beam.DoFn):
         try:
             prompt = payload.decode("utf-8") if isinstance(payload, bytes) else payload
         except UnicodeDecodeError as error:
-            yield dead_letter(prompt_id, payload, f"invalid UTF-8: {error}")
+            yield dead_letter(prompt_id, payload, f"invalid UTF-8: {error}", "invalid_utf8")
             return
         if not prompt.strip():
-            yield dead_letter(prompt_id, payload, "empty prompt")
+            yield dead_letter(prompt_id, payload, "empty prompt", "empty_prompt")
             return
         tokens = self._tokenizer(prompt)["input_ids"]
         if len(tokens) > self.max_input_tokens:
             yield dead_letter(
-                prompt_id, payload, f"prompt has {len(tokens)} tokens, over the limit of {self.max_input_tokens}"
-            )
+                prompt_id, payload, f"prompt has {len(tokens)} tokens, over the limit of {self.max_input_tokens}",
+                "too_many_tokens")
             return
         yield prompt_id, prompt, tokens
 
 
-def dead_letter(prompt_id: str | None, payload: Any, reason: str) -> beam.pvalue.TaggedOutput:
-    """A dead letter: the id, the prompt or input line as text, and the reason. Bytes that are no UTF-8 are kept
-    exactly too, as ``line_base64``, since JSON text cannot carry them."""
-    letter = {"id": prompt_id, "prompt": payload, "error": reason}
+#: Each dead letter's ``reason``, a word for counting; its ``error`` says the same for a person, with details.
+DEAD_LETTER_REASONS = ("invalid_utf8", "blank_line", "invalid_json", "not_an_object", "no_id", "no_prompt",
+                       "prompt_not_a_string", "duplicate_id", "empty_prompt", "too_many_tokens", "inference_failed")
+
+
+def dead_letter(prompt_id: str | None, payload: Any, error: str, reason: str) -> beam.pvalue.TaggedOutput:
+    """A dead letter: the id, the prompt or input line as text, the reason (a word of ``DEAD_LETTER_REASONS``) and
+    the error. Bytes that are no UTF-8 are kept exactly too, as ``line_base64``, since JSON text cannot carry them."""
+    letter = {"id": prompt_id, "prompt": payload, "reason": reason, "error": error}
     if isinstance(payload, bytes):
         letter["prompt"] = payload.decode("utf-8", errors="replace")
         try:
@@ -300,13 +318,15 @@ def dead_letter(prompt_id: str | None, payload: Any, reason: str) -> beam.pvalue
     return beam.pvalue.TaggedOutput(ValidatePrompt.DEAD_LETTER, letter)
 
 
-def route_prediction(result: PredictionResult):
-    """Answers to the main output; per-prompt failures to the dead-letter output."""
+def route_prediction(result: PredictionResult, model: str = ""):
+    """Answers to the main output (with the model that gave them); per-prompt failures to the dead-letter output."""
     prompt_id, prompt, _ = result.example
     if isinstance(result.inference, dict):
-        yield dead_letter(prompt_id, prompt, result.inference["error"])
-    else:
-        yield {"id": prompt_id, "prompt": prompt, "response": result.inference, "batch_size": int(result.model_id)}
+        yield dead_letter(prompt_id, prompt, result.inference["error"], result.inference["reason"])
+        return
+    response, tokens = result.inference if isinstance(result.inference, tuple) else (result.inference, None)
+    yield {"id": prompt_id, "prompt": prompt, "response": response, "model": model,
+           "batch_size": int(result.model_id), "response_tokens": tokens}
 
 
 def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:
@@ -314,10 +334,10 @@ def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:
     elements, error = failure
     if not isinstance(elements, list):
         elements = [elements]
-    reason = f"inference failed: {error}"
+    message = f"inference failed: {error}"
     for element in elements:
         prompt_id, prompt = (element[0], element[1]) if isinstance(element, tuple) else (None, element)
-        yield {"id": prompt_id, "prompt": prompt, "error": reason}
+        yield {"id": prompt_id, "prompt": prompt, "reason": "inference_failed", "error": message}
 
 
 def parse_jsonl_line(line: bytes | str):
@@ -327,26 +347,27 @@ def parse_jsonl_line(line: bytes | str):
         try:
             line = line.decode("utf-8")
         except UnicodeDecodeError as error:
-            yield dead_letter(None, line, f"invalid UTF-8: {error}")
+            yield dead_letter(None, line, f"invalid UTF-8: {error}", "invalid_utf8")
             return
     if not line.strip():
-        yield dead_letter(None, line, "malformed input line: blank")
+        yield dead_letter(None, line, "malformed input line: blank", "blank_line")
         return
     try:
         record = json.loads(line)
     except ValueError as error:
-        yield dead_letter(None, line, f"malformed input line: invalid JSON: {error}")
+        yield dead_letter(None, line, f"malformed input line: invalid JSON: {error}", "invalid_json")
         return
     if not isinstance(record, dict):
-        yield dead_letter(None, line, "malformed input line: not a JSON object")
+        yield dead_letter(None, line, "malformed input line: not a JSON object", "not_an_object")
         return
     prompt_id = str(record["id"]) if record.get("id") not in (None, "") else None
     if prompt_id is None:
-        yield dead_letter(None, line, 'malformed input line: no "id"')
+        yield dead_letter(None, line, 'malformed input line: no "id"', "no_id")
     elif "prompt" not in record:
-        yield dead_letter(prompt_id, line, 'malformed input line: no "prompt"')
+        yield dead_letter(prompt_id, line, 'malformed input line: no "prompt"', "no_prompt")
     elif not isinstance(record["prompt"], str):
-        yield dead_letter(prompt_id, line, 'malformed input line: "prompt" is not a string')
+        yield dead_letter(prompt_id, line, 'malformed input line: "prompt" is not a string',
+                          "prompt_not_a_string")
     else:
         yield prompt_id, record["prompt"]
 
@@ -358,7 +379,8 @@ def first_of_each_id(grouped: tuple[str, Iterable[str]]):
     kept, *repeated = sorted(prompts)
     yield prompt_id, kept
     for prompt in repeated:
-        yield dead_letter(prompt_id, prompt, f"duplicate id {prompt_id!r}: an earlier line of this input has it")
+        yield dead_letter(prompt_id, prompt, f"duplicate id {prompt_id!r}: an earlier line of this input has it",
+                          "duplicate_id")
 
 
 def pubsub_to_record(message) -> tuple[str, bytes]:
@@ -377,7 +399,7 @@ def answer_to_pubsub(answer: dict[str, Any]):
 def dead_letter_to_pubsub(letter: dict[str, Any]):
     from apache_beam.io.gcp.pubsub import PubsubMessage
 
-    attributes = {ID_ATTRIBUTE: letter.get("id") or "", "error": letter["error"][:1024]}
+    attributes = {ID_ATTRIBUTE: letter.get("id") or "", "reason": letter["reason"], "error": letter["error"][:1024]}
     return PubsubMessage(json.dumps(letter).encode("utf-8"), attributes)
 
 
@@ -418,9 +440,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
            help="Beam's accelerator resource hint for the RunInference step alone (right fitting)")
     option("group-by-length", type=flag, nargs="?", const=True, default=False,
            help="batch prompts of similar token length together (less padding)")
+    option("model-label", default=None, help="the model named in each answer (default: --model-name)")
     batch = parser.add_argument_group("batch mode")
-    batch.add_argument("--input", help="JSONL prompts file")
+    batch.add_argument("--input", help="JSONL prompts file or glob")
     batch.add_argument("--output", help="directory (ending in /) or prefix for the JSONL outputs")
+    batch.add_argument("--dead-letter-output", "--dead_letter_output", dest="dead_letter_output",
+                       help="directory (ending in /) for dead_letters.jsonl (default: beside the answers)")
     streaming = parser.add_argument_group("streaming mode")
     for name in ("messages-subscription", "responses-topic", "dead-letter-topic"):
         streaming.add_argument(f"--{name}", f"--{name.replace('-', '_')}", dest=name.replace("-", "_"))
@@ -431,7 +456,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     parser = build_arg_parser()
     known, pipeline_args = parser.parse_known_args(argv)
     streaming_args = [known.messages_subscription, known.responses_topic, known.dead_letter_topic]
-    if known.input or known.output:
+    if known.input or known.output or known.dead_letter_output:
         if not (known.input and known.output) or any(streaming_args):
             parser.error("batch mode takes --input and --output, and no streaming arguments")
     elif not all(streaming_args):
@@ -442,12 +467,50 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     return known, pipeline_args
 
 
-def output_paths(output: str) -> tuple[str, str]:
-    """The answers file and the dead-letter file for ``--output``."""
+#: The files of a batch job in an --output directory (the dead letters also in --dead-letter-output's).
+ANSWERS_FILE, DEAD_LETTERS_FILE, SUMMARY_FILE = "responses.jsonl", "dead_letters.jsonl", "summary.json"
+
+
+def output_paths(output: str, dead_letter_output: str | None = None) -> tuple[str, str, str]:
+    """The answers file, the dead-letter file and the summary file for ``--output`` (and ``--dead-letter-output``)."""
     if output.endswith("/") or os.path.isdir(output):
         base = output.rstrip("/") + "/"
-        return base + "responses.jsonl", base + "dead_letters.jsonl"
-    return output + "-responses.jsonl", output + "-dead_letters.jsonl"
+        paths = [base + ANSWERS_FILE, base + DEAD_LETTERS_FILE, base + SUMMARY_FILE]
+    else:
+        paths = [f"{output}-{ANSWERS_FILE}", f"{output}-{DEAD_LETTERS_FILE}", f"{output}-{SUMMARY_FILE}"]
+    if dead_letter_output:
+        paths[1] = dead_letter_output.rstrip("/") + "/" + DEAD_LETTERS_FILE
+    return paths[0], paths[1], paths[2]
+
+
+def make_summary(_, lines_in: int, answered: int, dead_lettered: int, response_tokens: int,
+                 reasons: dict[str, int]) -> dict[str, Any]:
+    """The batch job's own counts: every line read ends answered or dead-lettered, so they add up."""
+    return {"lines_in": lines_in, "answered": answered, "dead_lettered": dead_lettered,
+            "response_tokens": response_tokens, "dead_letter_reasons": dict(sorted(reasons.items()))}
+
+
+def write_summary(pipeline: beam.Pipeline, lines, answers, dead_letters, path: str) -> None:
+    """One JSON file of counts, computed in the job from the very collections it reads and writes."""
+    from apache_beam.pvalue import AsDict, AsSingleton
+
+    def count(label: str, collection):
+        return collection | f"Count{label}" >> beam.combiners.Count.Globally()
+
+    tokens = (answers | "ResponseTokens" >> beam.Map(lambda answer: answer.get("response_tokens") or 0)
+              | "SumTokens" >> beam.CombineGlobally(sum))
+    reasons = (dead_letters | "Reasons" >> beam.Map(lambda letter: letter["reason"])
+               | "CountReasons" >> beam.combiners.Count.PerElement())
+    _ = (
+        pipeline
+        | "SummaryStart" >> beam.Create([None])
+        | "Summary" >> beam.Map(make_summary, lines_in=AsSingleton(count("Lines", lines)),
+                                answered=AsSingleton(count("Answered", answers)),
+                                dead_lettered=AsSingleton(count("DeadLettered", dead_letters)),
+                                response_tokens=AsSingleton(tokens), reasons=AsDict(reasons))
+        | "FormatSummary" >> beam.Map(json.dumps)
+        | "WriteSummary" >> beam.io.WriteToText(path, shard_name_template="", num_shards=1)
+    )
 
 
 def make_model_handler(args: argparse.Namespace, streaming: bool) -> Seq2SeqGenerateHandler:
@@ -480,11 +543,9 @@ def build_pipeline(
             | "ToRecord" >> beam.Map(pubsub_to_record)
         )
     else:
-        parsed = (
-            pipeline
-            | "ReadPrompts" >> beam.io.ReadFromText(args.input, coder=beam.coders.BytesCoder())
-            | "ParseLines" >> beam.FlatMap(parse_jsonl_line).with_outputs(ValidatePrompt.DEAD_LETTER, main="records")
-        )
+        lines = pipeline | "ReadPrompts" >> beam.io.ReadFromText(args.input, coder=beam.coders.BytesCoder())
+        parsed = lines | "ParseLines" >> beam.FlatMap(parse_jsonl_line).with_outputs(
+            ValidatePrompt.DEAD_LETTER, main="records")
         unique = (
             parsed.records
             | "GroupById" >> beam.GroupByKey()
@@ -501,7 +562,8 @@ def build_pipeline(
         # Right fitting: only this step asks for the GPU; reading, validating and writing run on CPU workers.
         run_inference = run_inference.with_resource_hints(accelerator=args.accelerator_hint)
     predictions, failures = validated.prompts | "RunInference" >> run_inference
-    routed = predictions | "Route" >> beam.FlatMap(route_prediction).with_outputs(
+    model_label = args.model_label or args.model_name
+    routed = predictions | "Route" >> beam.FlatMap(route_prediction, model=model_label).with_outputs(
         ValidatePrompt.DEAD_LETTER, main="answers"
     )
     failed_batches = failures.failed_inferences | "FailedBatches" >> beam.FlatMap(failed_batch_to_dead_letters)
@@ -524,7 +586,8 @@ def build_pipeline(
             | "WriteDeadLetters" >> WriteToPubSub(args.dead_letter_topic, with_attributes=True)
         )
     else:
-        answers_path, dead_letters_path = output_paths(args.output)
+        answers_path, dead_letters_path, summary_path = output_paths(args.output, args.dead_letter_output)
+        write_summary(pipeline, lines, routed.answers, dead_letters, summary_path)
         for label, collection, path in (
             ("Answers", routed.answers, answers_path),
             ("DeadLetters", dead_letters, dead_letters_path),

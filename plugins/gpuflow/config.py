@@ -300,6 +300,35 @@ class DataprocConfig(_Section):
     )
 
 
+class BatchConfig(_Section):
+    """The llm_batch_inference DAG: each data interval's JSONL prompts in, answers and dead letters out.
+
+    Paths are templates: ``{bucket}``, ``{ds}``, ``{ds_nodash}``, ``{ts_nodash}``, ``{data_interval_start}`` and
+    ``{data_interval_end}`` (the run's Airflow date fields, as text) are filled per run by preflight. gs:// paths on
+    both profiles; plain local paths on the local profile only."""
+
+    schedule: str = Field("@daily", description="The DAG's schedule (cron or preset), read when the DAG is parsed.")
+    catchup: bool = Field(False, description="Run the intervals missed since the DAG's start date (read when parsed).")
+    input: str = Field("gs://{bucket}/prompts/{ds}/*.jsonl",
+                       description='A glob of JSONL files, one {"id": ..., "prompt": ...} object a line.')
+    output: str = Field("gs://{bucket}/answers/{ds}/", description=(
+        "Folder of the date's answers (responses.jsonl and _SUCCESS). Replaced whole by a rerun, only once its job "
+        "succeeded."))
+    dead_letter_output: str = Field("gs://{bucket}/dead_letters/{ds}/", description=(
+        "Folder of the date's dead letters (dead_letters.jsonl: each line's reason and the original line)."))
+    missing_input: Literal["skip", "fail"] = Field("skip", description=(
+        "When the input glob matches no file after input_wait_s: skip the run's other tasks, or fail the run."))
+    input_wait_s: float = Field(3600, ge=0, description=(
+        "How long to wait (deferred, no worker slot held) for the input to appear; 0 checks once."))
+    input_poll_interval_s: float = Field(60, gt=0, description="Seconds between checks for the input.")
+    job_timeout_s: float = Field(21600, gt=0, description="How long the batch job may run once started.")
+
+    @field_validator("output", "dead_letter_output")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        return value if value.endswith("/") else value + "/"
+
+
 #: Fields whose shape a regular expression checks: field -> (pattern, what the message says).
 _FIELD_PATTERNS = {
     "project": (
@@ -345,6 +374,7 @@ class GpuflowConfig(_Section):
     inference: InferenceConfig = InferenceConfig()
     smoke_test: SmokeTestConfig = SmokeTestConfig()
     local: LocalConfig = LocalConfig()
+    batch: BatchConfig = BatchConfig()
     dataproc: DataprocConfig | None = Field(None, description="A Dataproc Serverless GPU batch (optional).")
 
     @property

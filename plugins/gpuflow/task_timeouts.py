@@ -17,6 +17,7 @@ from typing import Any
 MARGIN_S = 15 * 60
 #: Tasks that wait on nothing the configuration bounds.
 SHORT_S = 15 * 60
+SHORT_TASKS = frozenset({"preflight", "check_quota", "setup", "report"})
 #: The least a task that waits on a job gets, so that a run naming another configuration file with longer
 #: waits than the DAG's (configs/gcp.example.yaml: a 20-minute smoke test) still fits.
 WAITING_FLOOR_S = 60 * 60
@@ -51,6 +52,12 @@ def timeouts_s(get: Lookup, spare_fallbacks: int = 0) -> dict[str, float]:
         "launch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
         "smoke_test": float(get("smoke_test.timeout_s")) + float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
         "cleanup": (_regions(get) + spare_fallbacks) * float(get("dataflow.stop_timeout_s")) + MARGIN_S,
+        # llm_batch_inference (besides the tasks named above): the input's wait, the job's start and its run
+        "wait_for_input": float(get("batch.input_wait_s")) + MARGIN_S,
+        "run_batch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S)
+        + float(get("batch.job_timeout_s")),
+        "publish": 2 * SHORT_S,  # counts every line again and copies the files within their bucket
+        "check_gpu_usage": float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
         # gpu_quota_report
         "report": SHORT_S,
         # dataproc_gpu_batch
@@ -66,7 +73,8 @@ def apply_task_timeouts(dag: Any) -> None:
     seconds = timeouts_s(values.__getitem__, spare_fallbacks=SPARE_FALLBACKS)
     for task in dag.tasks:
         needed = seconds.get(task.task_id, SHORT_S)
-        task.execution_timeout = timedelta(seconds=needed if needed == SHORT_S else max(needed, WAITING_FLOOR_S))
+        waits = task.task_id in seconds and task.task_id not in SHORT_TASKS
+        task.execution_timeout = timedelta(seconds=max(needed, WAITING_FLOOR_S) if waits else needed)
 
 
 def config_lookup(config: Any) -> Lookup:

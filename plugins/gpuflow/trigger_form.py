@@ -53,6 +53,8 @@ LABELS = {
     "worker.max_num_workers": "Max workers",
     "dataproc.accelerator": "GPU type",
     "dataproc.executor_instances": "Executors",
+    "batch.input": "Input (JSONL glob)",
+    "batch.output": "Answers folder",
     "gcp_conn_id": "Google Cloud connection",
 }
 
@@ -85,6 +87,10 @@ SECTIONS = {
         Section("Pub/Sub", "pubsub_settings", ("pubsub.",)),
         Section("Local profile", "local_settings", ("local.",)),
         Section("Dataproc batch", "dataproc_settings", ("dataproc.",)),
+        # batch.schedule and batch.catchup are the DAG's own, read when it is parsed: no run can change them.
+        Section("Batch", "batch_settings", ("batch.input", "batch.output", "batch.dead_letter_output",
+                                            "batch.missing_input", "batch.input_wait_s",
+                                            "batch.input_poll_interval_s", "batch.job_timeout_s")),
     )
 }
 
@@ -102,6 +108,13 @@ LAYOUTS = {
         ("profile", "project", "region", "bucket", "model.name", "gpu.type", "gpu.count", "gpu.machine_type",
          "model.max_new_tokens"),
         ("Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching", "Smoke test", "Pub/Sub",
+         "Local profile"),
+    ),
+    "llm_batch_inference": FormLayout(
+        "configs/local.yaml",
+        ("profile", "project", "region", "bucket", "batch.input", "batch.output", "model.name", "gpu.type",
+         "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
+        ("Batch", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching", "Smoke test",
          "Local profile"),
     ),
     "gpu_quota_report": FormLayout(

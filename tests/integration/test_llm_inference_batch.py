@@ -38,6 +38,10 @@ def run_batch(tmp_path, exported_model, lines, model_handler=None, extra=()):
     return read_jsonl(tmp_path / "out" / "responses.jsonl"), read_jsonl(tmp_path / "out" / "dead_letters.jsonl")
 
 
+def summary(tmp_path):
+    return json.loads((tmp_path / "out" / "summary.json").read_text())
+
+
 def test_mixed_lengths_in_shared_batches_equal_generate_alone(tmp_path, exported_model, reference_generate):
     prompts = mixed_length_prompts(reference_generate.tokenizer, 40)
     lines = [json.dumps({"id": f"p{i}", "prompt": prompt}) for i, prompt in enumerate(prompts)]
@@ -90,6 +94,14 @@ def test_every_input_line_ends_answered_or_dead_lettered_with_its_reason(tmp_pat
                          "malformed input line: no \"id\"", "malformed input line: not a JSON object"]
     (bad_bytes,) = [letter for letter in dead_letters if letter["error"].startswith("invalid UTF-8")]
     assert base64.b64decode(bad_bytes["line_base64"]) == invalid_utf8  # the original line, byte for byte
+    assert summary(tmp_path) == {
+        "lines_in": len(lines), "answered": 2, "dead_lettered": len(lines) - 2,
+        "response_tokens": sum(answer["response_tokens"] for answer in answers),
+        "dead_letter_reasons": {"blank_line": 1, "duplicate_id": 1, "empty_prompt": 1, "invalid_json": 1,
+                                "invalid_utf8": 1, "no_id": 1, "no_prompt": 1, "not_an_object": 1,
+                                "prompt_not_a_string": 1, "too_many_tokens": 1}}
+    assert all(0 < answer["response_tokens"] <= MAX_NEW_TOKENS for answer in answers)
+    assert {answer["model"] for answer in answers} == {str(exported_model.parent)}  # --model-name, no label given
 
 
 class FailOnBoom(llm_inference.Seq2SeqGenerateHandler):

@@ -39,7 +39,17 @@ def test_dagbag_loads_without_import_errors():
     in_pool = {(dag_id, task.task_id) for dag_id, one in bag.dags.items() for task in one.tasks
                if task.pool == "gpuflow_gpu"}
     assert in_pool == {("llm_streaming_inference", "verify_gpu"), ("llm_streaming_inference", "launch"),
+                       ("llm_batch_inference", "verify_gpu"), ("llm_batch_inference", "run_batch"),
                        ("dataproc_gpu_batch", "batch")}
+    batch = bag.dags["llm_batch_inference"]
+    assert [t.task_id for t in batch.topological_sort()] == [
+        "preflight", "wait_for_input", "check_quota", "setup", "export_model", "build_container", "verify_gpu",
+        "run_batch", "publish", "check_gpu_usage", "cleanup"]
+    assert batch.get_task("cleanup").is_teardown and batch.get_task("run_batch").is_setup
+    assert {"batch__input", "batch__output", "batch_settings"} <= set(batch.params)
+    assert "batch.schedule" not in batch.params["batch_settings"]  # the DAG's own, read when parsed
+    assert batch.timetable.expression == "0 0 * * *" and batch.catchup is False  # @daily
+    assert type(batch.timetable).__name__ == "CronDataIntervalTimetable"  # ds: the day that has just ended
 
 
 def modules_loaded_by_parsing(path: Path) -> set[str]:

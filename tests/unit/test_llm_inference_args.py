@@ -23,8 +23,11 @@ def test_modes_do_not_mix():
 
 
 def test_output_paths(tmp_path):
-    assert llm_inference.output_paths("out/") == ("out/responses.jsonl", "out/dead_letters.jsonl")
-    assert llm_inference.output_paths("run1") == ("run1-responses.jsonl", "run1-dead_letters.jsonl")
+    assert llm_inference.output_paths("out/") == ("out/responses.jsonl", "out/dead_letters.jsonl", "out/summary.json")
+    assert llm_inference.output_paths("run1") == ("run1-responses.jsonl", "run1-dead_letters.jsonl",
+                                                  "run1-summary.json")
+    assert llm_inference.output_paths("gs://b/a/", "gs://b/d") == ("gs://b/a/responses.jsonl",
+                                                                  "gs://b/d/dead_letters.jsonl", "gs://b/a/summary.json")
     assert llm_inference.output_paths(str(tmp_path))[0] == f"{tmp_path}/responses.jsonl"
 
 

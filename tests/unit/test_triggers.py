@@ -2,7 +2,9 @@
 faked under the provider's async hooks and the local profile's processes real."""
 
 import asyncio
-import subprocess
+import contextlib
+import os
+import signal
 import sys
 import textwrap
 import time
@@ -15,7 +17,7 @@ from google.cloud.devtools import cloudbuild_v1
 from gpuflow.config import load_config
 from gpuflow.emulators import process_alive
 from gpuflow.platform import JobHandle
-from gpuflow.platform.local import PIPELINE_RUNNING_MARKER
+from gpuflow.platform.local import PIPELINE_RUNNING_MARKER, spawn_logged
 from gpuflow.triggers import job_trigger
 from tests.gcp_fakes import (
     BATCH_SUCCEEDS,
@@ -178,10 +180,25 @@ def start_process(tmp_path, body: str) -> JobHandle:
     script = tmp_path / "llm_inference.py"
     script.write_text(textwrap.dedent(body))
     log_path = tmp_path / "pipeline.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, str(script)], stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    return JobHandle(kind="local-process", id=str(process.pid), name="pipeline", location=str(log_path)), process
+    pid = spawn_logged([sys.executable, str(script)], log_path)
+    return JobHandle(kind="local-process", id=str(pid), name="pipeline", location=str(log_path)), ChildProcess(pid)
+
+
+class ChildProcess:
+    """What the tests ask of a process that spawn_logged started (it is this process's child)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def poll(self):
+        return None if process_alive(self.pid) else 0
+
+    def wait(self, timeout: float = 30):
+        with contextlib.suppress(ChildProcessError):  # already reaped by subprocess's own clean-up
+            os.waitpid(self.pid, 0)
+
+    def kill(self):
+        os.killpg(self.pid, signal.SIGKILL)
 
 
 def test_a_local_pipeline_is_running_once_it_logs_so(tmp_path):
@@ -205,9 +222,15 @@ def test_a_local_pipeline_that_exits_fails_with_its_log_tail(tmp_path):
     assert event["status"] == "failed" and "no module named torch" in event["message"]
 
 
-def test_a_local_gpu_check_is_done_when_its_process_has_ended(tmp_path):
+def test_a_local_job_is_done_when_its_process_has_finished(tmp_path):
     handle, process = start_process(tmp_path, "import time; time.sleep(0.3)")
     assert first_event(job_trigger(load_config(None), handle, "done", 30))["status"] == "reached"
+
+
+def test_a_local_batch_job_that_fails_is_not_done_and_says_why(tmp_path):
+    handle, process = start_process(tmp_path, "raise SystemExit('ValueError: bad glob')")
+    event = first_event(job_trigger(load_config(None), handle, "done", 30))
+    assert event["status"] == "failed" and "exit status 1" in event["message"] and "bad glob" in event["message"]
 
 
 def test_on_kill_stops_the_local_process(tmp_path):

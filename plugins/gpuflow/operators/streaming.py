@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
@@ -29,15 +30,21 @@ class PreflightOperator(BaseOperator):
     """Validate the configuration and the environment; fail before anything is created."""
 
     ui_color = "#fff3cd"
+    workflow = "inference"  # which of preflight's rule sets apply
 
     def execute(self, context: Any) -> dict[str, Any]:
-        config = config_from_params(context)
+        config = self.for_this_run(config_from_params(context), context)
         zones_offering = None
         if config.profile == "gcp":  # the region check asks Compute Engine (the catalog's table is the fallback)
             from gpuflow.platform import get_platform
 
             zones_offering = get_platform(config).zones_offering
-        return validated_config(config, context, "inference", f"run {names_for(context, config).prefix}", zones_offering)
+        return validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}",
+                                zones_offering)
+
+    def for_this_run(self, config, context: Any):
+        """What the run's own context fills in (the batch DAG: its dates in the paths)."""
+        return config
 
 
 class SetupResourcesOperator(GpuflowStepOperator):
@@ -154,6 +161,7 @@ class LaunchPipelineOperator(GpuflowStepOperator):
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowJobLink(),)
+    batch = False  # the batch DAG's run_batch: a batch job, waited for until it is done
 
     def run_step(self, config, names, platform, context):
         return self._start(config, names, context, after=0, failures=[])
@@ -165,20 +173,25 @@ class LaunchPipelineOperator(GpuflowStepOperator):
         from gpuflow.troubleshoot import FallbacksExhausted
 
         try:
-            placement, handle = start_next_placement(config, names, _image_of(self.image), after, failures)
+            placement, handle = start_next_placement(config, names, _image_of(self.image), after, failures,
+                                                     batch=self.batch)
         except (FallbacksExhausted, QuotaTooLow) as error:
             raise AirflowFailException(str(error)) from None
         platform = get_platform(placement.config)
         self.remember_job(platform, handle)
         context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
-        self.defer_on(context, placement.config, platform, handle, "running", placement=placement.number,
-                      failures=failures)
+        until, timeout_s = ("done", platform.job_timeout_s("running") + config.batch.job_timeout_s) if self.batch \
+            else ("running", None)
+        self.defer_on(context, placement.config, platform, handle, until, timeout_s, placement=placement.number,
+                      failures=failures, started=time.time())
 
-    def resume_step(self, config, names, platform, context, event, handle, placement, failures):
+    def resume_step(self, config, names, platform, context, event, handle, placement, failures, started):
         from gpuflow.steps.launch import after_failed_start
 
         if event_succeeded(event):
             log.info("%s", event.get("message"))
+            if self.batch:  # the job's window: its summary's rates, and where to read its GPU usage
+                return {"job": handle.to_xcom(), "window": [started, time.time()]}
             return handle.to_xcom()
         message = event.get("message") or "the job did not start"
         if after_failed_start(config, placement, handle, message, failures):
@@ -193,27 +206,24 @@ def _pushed_handle(context: Any, launch_task_id: str):
     return JobHandle.model_validate(pushed) if pushed else None
 
 
-class SmokeTestOperator(GpuflowStepOperator):
-    """Asks the pipeline questions, then checks that its GPUs really worked: nvidia-smi here, or Cloud Monitoring on
-    gcp, where the task defers until the job's GPU metrics have arrived (they lag)."""
+class GpuUsageCheck(GpuflowStepOperator):
+    """Checks that a job's GPUs really worked over a window: nvidia-smi here, or Cloud Monitoring on gcp, where the
+    task defers until the job's GPU metrics have arrived (they lag). smoke_test.gpu_usage says fail, warn or ignore."""
 
-    def run_step(self, config, names, platform, context):
-        from gpuflow.steps.smoke import smoke_test
-
-        result = smoke_test(config, names, platform.conn_id)
-        handle = _pushed_handle(context, self.launch_task_id)
+    def check_usage(self, context, config, platform, handle, window, result: dict[str, Any]) -> dict[str, Any]:
         if not config.uses_gpu:
             usage = {"source": "none", "note": "gpu.type none: CPU workers, no GPU to check"}
         else:
-            usage = platform.gpu_usage(handle, *result["window"])
+            usage = platform.gpu_usage(handle, *window)
         if usage is None and handle is not None:  # gcp: wait for Cloud Monitoring in the triggerer
             from gpuflow.triggers.monitoring import gpu_usage_trigger
 
-            started, ended = result["window"]
+            started, ended = window
             self.defer_with(context, gpu_usage_trigger(config, handle.id, started, ended),
                             config.smoke_test.gpu_usage_timeout_s, result=result)
         return self._checked(config, result, usage or {"source": "cloud-monitoring",
-                                                       "note": "no Dataflow job handle (launch pushed none)"})
+                                                       "note": f"no Dataflow job handle ({self.launch_task_id} "
+                                                               "pushed none)"})
 
     def resume_step(self, config, names, platform, context, event, result, **_):
         return self._checked(config, result, event["usage"])
@@ -227,6 +237,17 @@ class SmokeTestOperator(GpuflowStepOperator):
         except NoGpuUsage as error:
             raise AirflowFailException(str(error)) from None
         return {**result, "gpu_usage": usage}
+
+
+class SmokeTestOperator(GpuUsageCheck):
+    """Asks the pipeline questions, then checks that its GPUs really worked over the questions' window."""
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.smoke import smoke_test
+
+        result = smoke_test(config, names, platform.conn_id)
+        return self.check_usage(context, config, platform, _pushed_handle(context, self.launch_task_id),
+                                result["window"], result)
 
 
 class CleanupOperator(GpuflowStepOperator):
@@ -244,13 +265,18 @@ class CleanupOperator(GpuflowStepOperator):
     def _next(self, context, config, names, platform, stopping: list[dict], stopped: list[str]):
         """Defer on the next job that is still stopping; once none is, delete the run's resources."""
         from gpuflow.platform import JobHandle
-        from gpuflow.steps.cleanup import delete_run_resources
 
         while stopping:
             handle = JobHandle.model_validate(stopping.pop(0))
             stopped.append(handle.id)
             if handle.kind == "dataflow":  # local processes are stopped already
                 self.defer_on(context, config, platform, handle, "stopped", stopping=stopping, stopped=stopped)
+        return self.delete_resources(config, names, platform, stopped)
+
+    def delete_resources(self, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+        """Once the run's jobs have stopped: what else of the run goes."""
+        from gpuflow.steps.cleanup import delete_run_resources
+
         return delete_run_resources(config, names, platform, stopped)
 
     def resume_step(self, config, names, platform, context, event, handle, stopping, stopped):

@@ -65,8 +65,9 @@ class Platform(Protocol):
     def gpu_check_report(self, names: ResourceNames, handle: JobHandle) -> dict[str, Any]:
         """The report the finished GPU check wrote, or an error with the job's own reason."""
 
-    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str) -> JobHandle:
-        """Start the streaming pipeline; return as soon as its handle exists (the task defers until it runs)."""
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str, streaming: bool = True) -> JobHandle:
+        """Start the inference pipeline, streaming or batch; return as soon as its handle exists (the task defers
+        until it runs, or a batch job until it is done)."""
 
     def job_timeout_s(self, until: str) -> float:
         """How long a job of this profile may take to reach ``until`` (running, done or stopped)."""

@@ -127,9 +127,10 @@ class DataflowJobs(GcpService):
         template_uri, _ = self.stage_template(script, argv, names, image, job_name, streaming)
         return self.start_template(template_uri, job_name, names)
 
-    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "") -> JobHandle:
-        job_name = job_name_for(names, self.config, "llm-inference")
-        return self.start_job("llm_inference.py", argv, names, image, job_name, streaming=True)
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "",
+                        streaming: bool = True) -> JobHandle:
+        job_name = job_name_for(names, self.config, "llm-inference" if streaming else "llm-batch")
+        return self.start_job("llm_inference.py", argv, names, image, job_name, streaming=streaming)
 
     def _job_state(self, handle: JobHandle) -> str:
         """The job's state name (``JOB_STATE_RUNNING`` …), read with the provider's DataflowHook."""

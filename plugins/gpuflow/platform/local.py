@@ -27,6 +27,32 @@ class PipelineStartError(RuntimeError):
     pass
 
 
+def exit_status_path(log_path: str | Path) -> Path:
+    """Where a pipeline process's exit status is written, beside its log."""
+    return Path(f"{log_path}.exit")
+
+
+def exit_status(log_path: str | Path) -> int | None:
+    """The exit status of an ended pipeline process; None when it was stopped before it could write one."""
+    try:
+        return int(exit_status_path(log_path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def spawn_logged(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
+    """Start ``command`` in its own session, its output appended to ``log_path``; return its pid.
+
+    It outlives the task that started it, so no one can ``wait`` for it: a shell runs it and writes its exit status
+    beside the log (``exit_status``), from which a trigger tells a batch job that finished from one that failed."""
+    wrapped = ["/bin/sh", "-c", '"$@"; echo $? > "$0"', str(exit_status_path(log_path)), *command]
+    exit_status_path(log_path).unlink(missing_ok=True)
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(wrapped, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
+    return process.pid
+
+
 def run_logged(command: list[str], env: dict[str, str] | None, what: str, timeout_s: float = 1800) -> str:
     """Run a subprocess, forward its output to our log line by line, raise with its tail on failure."""
     log.info("%s: %s", what, " ".join(command))
@@ -167,24 +193,24 @@ class LocalPlatform:
         return {"source": "nvidia-smi", "gpus": [], "count": 0, "note": "nvidia-smi not found: no GPU on this machine"}
 
     # -- pipeline processes -----------------------------------------------------------------
-    def pipeline_command(self, argv: list[str]) -> list[str]:
-        """The streaming pipeline on the local runner (the command `gpuflow launch-command` prints)."""
-        return [sys.executable, self._script("llm_inference.py"), *argv,
-                f"--runner={self.config.local.runner}", "--streaming", f"--project={self.config.project}"]
+    def pipeline_command(self, argv: list[str], streaming: bool = True) -> list[str]:
+        """The inference pipeline on the local runner (the command `gpuflow launch-command` prints)."""
+        return [sys.executable, self._script("llm_inference.py"), *argv, f"--runner={self.config.local.runner}",
+                *(["--streaming"] if streaming else []), f"--project={self.config.project}"]
 
     def _start_process(self, command: list[str], file_stem: str, job_name: str) -> JobHandle:
         """Start a pipeline process that outlives the task (cleanup or on_kill stops its whole group)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.state_dir / f"{file_stem}.log"
         log.info("starting %s: %s", job_name, " ".join(command))
-        with open(log_path, "ab") as log_file:
-            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=self.subprocess_env(),
-                                       start_new_session=True)
-        (self.state_dir / f"{file_stem}.pid").write_text(str(process.pid))
-        return JobHandle(kind="local-process", id=str(process.pid), name=job_name, location=str(log_path))
+        pid = spawn_logged(command, log_path, self.subprocess_env())
+        (self.state_dir / f"{file_stem}.pid").write_text(str(pid))
+        return JobHandle(kind="local-process", id=str(pid), name=job_name, location=str(log_path))
 
-    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "") -> JobHandle:
-        return self._start_process(self.pipeline_command(argv), f"{names.prefix}-pipeline", names.job_name)
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "",
+                        streaming: bool = True) -> JobHandle:
+        return self._start_process(self.pipeline_command(argv, streaming), f"{names.prefix}-pipeline",
+                                   names.job_name)
 
     def job_timeout_s(self, until: str) -> float:
         # The GPU check runs a whole (small) batch pipeline: its start, then its work.

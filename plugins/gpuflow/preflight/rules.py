@@ -101,6 +101,28 @@ def demo_model_is_local_only(config: GpuflowConfig) -> Iterator[Finding]:
                     "model in a Vertex AI job", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")
 
 
+def batch_locations_usable(config: GpuflowConfig) -> Iterator[Finding]:
+    """The batch DAG's paths (filled for the run): reachable by the workers, and never one inside another."""
+    batch = config.batch
+    paths = {"batch.input": batch.input, "batch.output": batch.output,
+             "batch.dead_letter_output": batch.dead_letter_output}
+    for key, path in paths.items():
+        if config.profile == "gcp" and not path.startswith("gs://"):
+            yield error(key, f"{path!r} is no gs:// path, and Dataflow workers cannot read this machine's disk",
+                        f"set {key} to a gs://BUCKET/... path")
+        if key != "batch.input" and any(mark in path for mark in "*?["):
+            yield error(key, f"{path!r} is a folder to write, not a glob", f"set {key} to a folder without wildcards")
+    folders = {"batch.output": batch.output, "batch.dead_letter_output": batch.dead_letter_output}
+    if batch.output.startswith(batch.dead_letter_output) or batch.dead_letter_output.startswith(batch.output):
+        yield error("batch.dead_letter_output", f"{batch.dead_letter_output!r} and batch.output {batch.output!r} "
+                    "overlap, and publishing one replaces the other's folder whole",
+                    "give the dead letters a folder of their own (default gs://{bucket}/dead_letters/{ds}/)")
+    for key, folder in folders.items():
+        if batch.input.startswith(folder):
+            yield error("batch.input", f"{batch.input!r} lies in {key} {folder!r}, which each run replaces",
+                        "keep the prompts outside the output folders")
+
+
 CONFIG_RULES: list[Rule] = [
     gcp_project_is_real,
     gcp_runs_on_gpu,
@@ -190,12 +212,16 @@ def java_for_local_spark(config: GpuflowConfig) -> Iterator[Finding]:
 #: Configuration rules that only one workflow's tasks make true (the Dataproc batch exports no model).
 WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
     "inference": [demo_model_is_local_only, streaming_right_fitting_autoscales],
+    # Right fitting is supported for batch pipelines without conditions (docs.cloud.google.com/dataflow/docs/guides/
+    # right-fitting, "Support and limitations"), so the streaming rule is not among the batch's.
+    "batch": [demo_model_is_local_only, batch_locations_usable],
     "dataproc": [],
 }
 
 #: What each workflow needs of the machine it runs on.
 ENVIRONMENT_RULES: dict[str, list[Rule]] = {
     "inference": [gcp_connection_defined, launch_environment_matches_container, emulators_answer],
+    "batch": [gcp_connection_defined, launch_environment_matches_container, emulators_answer],
     "dataproc": [java_for_local_spark],
 }
 

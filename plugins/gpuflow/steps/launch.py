@@ -1,4 +1,5 @@
-"""launch: start the streaming inference pipeline, and move to a fallback placement when its zone has no GPUs."""
+"""launch: start the inference pipeline (streaming, or a batch job), and move to a fallback placement when its zone
+has no GPUs."""
 
 from __future__ import annotations
 
@@ -12,11 +13,24 @@ from gpuflow.troubleshoot import Placement, fallback_configs, next_placement, wo
 log = logging.getLogger(__name__)
 
 
-def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
-    """The llm_inference.py arguments both profiles share; the platform adds the runner's options."""
+def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = False) -> list[str]:
+    """The llm_inference.py arguments both profiles share; the platform adds the runner's options.
+
+    Streaming: the run's Pub/Sub topics. Batch: the interval's input, and the run's staging folders, which the DAG
+    publishes once the job has succeeded (``gpuflow.steps.batch``)."""
     project = config.project
+    if batch:
+        from gpuflow.batch_paths import staging_folders
+
+        answers, dead_letters = staging_folders(config, names.prefix)
+        io = ["--input", config.batch.input, "--output", answers, "--dead-letter-output", dead_letters]
+    else:
+        io = ["--messages-subscription", f"projects/{project}/subscriptions/{names.prompts_subscription}",
+              "--responses-topic", f"projects/{project}/topics/{names.responses_topic}",
+              "--dead-letter-topic", f"projects/{project}/topics/{names.dead_letter_topic}"]
     argv = [
         "--model-name", names.model_dir_uri,
+        "--model-label", config.model.name,
         "--state-dict-path", names.state_dict_uri,
         "--max-new-tokens", str(config.model.max_new_tokens),
         "--max-input-tokens", str(config.model.max_input_tokens),
@@ -24,9 +38,7 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
         "--min-batch-size", str(config.inference.min_batch_size),
         "--max-batch-size", str(config.inference.max_batch_size),
         "--max-batch-duration-secs", str(config.inference.max_batch_duration_secs),
-        "--messages-subscription", f"projects/{project}/subscriptions/{names.prompts_subscription}",
-        "--responses-topic", f"projects/{project}/topics/{names.responses_topic}",
-        "--dead-letter-topic", f"projects/{project}/topics/{names.dead_letter_topic}",
+        *io,
     ]
     if config.require_gpu:
         argv.append("--require-gpu")
@@ -42,9 +54,9 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames) -> list[str]:
 
 
 def start_next_placement(config: GpuflowConfig, names: ResourceNames, image: str, after: int,
-                         failures: list[str]) -> tuple[Placement, JobHandle]:
+                         failures: list[str], batch: bool = False) -> tuple[Placement, JobHandle]:
     """Start the pipeline on the first placement after number ``after`` that preflight accepts: the configuration
-    itself, then each ``gpu.fallbacks`` entry. The task defers until the job runs (or fails to)."""
+    itself, then each ``gpu.fallbacks`` entry. The task defers until the job runs (or, a batch job, is done)."""
     from gpuflow.platform import get_platform
     from gpuflow.steps.quota import check_quota
 
@@ -52,7 +64,8 @@ def start_next_placement(config: GpuflowConfig, names: ResourceNames, image: str
     platform = get_platform(placement.config)
     if placement.config.profile == "gcp":  # again, right before the start: another run may have taken GPUs since
         check_quota(placement.config, platform)
-    return placement, platform.launch_pipeline(pipeline_argv(placement.config, names), names, image)
+    return placement, platform.launch_pipeline(pipeline_argv(placement.config, names, batch), names, image,
+                                               streaming=not batch)
 
 
 def placement_config(config: GpuflowConfig, number: int) -> GpuflowConfig:

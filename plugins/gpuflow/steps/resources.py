@@ -51,25 +51,27 @@ def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames) -> bool:
         ) from None
 
 
-def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, Any]:
-    """Idempotent: existing resources with the run's names are reused. On failure, removes what it made."""
-    pubsub, gcs = _hooks(conn_id)
+def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True) -> dict[str, Any]:
+    """Idempotent: existing resources with the run's names are reused. On failure, removes what it made.
+    ``pubsub=False`` (a batch run): the bucket only."""
+    pubsub_hook, gcs = _hooks(conn_id)
+    topics = names.topics if pubsub else []
     try:
         bucket_created = ensure_bucket(gcs, config, names)
-        for topic in names.topics:
-            pubsub.create_topic(topic=topic, project_id=config.project)
-        for subscription, topic in names.subscriptions.items():
+        for topic in topics:
+            pubsub_hook.create_topic(topic=topic, project_id=config.project)
+        for subscription, topic in (names.subscriptions if pubsub else {}).items():
             # Created before the pipeline starts, so no prompt published early is lost.
-            pubsub.create_subscription(topic=topic, subscription=subscription, project_id=config.project,
+            pubsub_hook.create_subscription(topic=topic, subscription=subscription, project_id=config.project,
                                        ack_deadline_secs=60)
     except Exception:
         log.exception("setup failed; removing what it created")
         delete_resources(config, names, conn_id)
         raise
-    log.info("setup done: bucket %s, topics %s, subscriptions %s", names.bucket, names.topics,
-             list(names.subscriptions))
-    return {"bucket": names.bucket, "bucket_created": bucket_created, "topics": names.topics,
-            "subscriptions": list(names.subscriptions)}
+    subscriptions = list(names.subscriptions) if pubsub else []
+    log.info("setup done: bucket %s, topics %s, subscriptions %s", names.bucket, topics, subscriptions)
+    return {"bucket": names.bucket, "bucket_created": bucket_created, "topics": topics,
+            "subscriptions": subscriptions}
 
 
 def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, Any]:

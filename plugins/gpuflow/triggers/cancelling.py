@@ -28,6 +28,7 @@ class _TimeoutAndCancel:
     subclass's own classpath."""
 
     what: str  # the job, in the timeout's message
+    timeout_status = "error"  # the status of the event that ends the wait at the timeout
 
     def __init__(self, *, timeout_s: float, settle_s: float = SETTLE_S, **kwargs: Any):
         super().__init__(**kwargs)  # type: ignore[call-arg]
@@ -51,10 +52,12 @@ class _TimeoutAndCancel:
                 yield event
         except TimeoutError:
             await self.on_kill()  # type: ignore[attr-defined]
-            yield TriggerEvent({"status": "error", "message": (
-                f"{self.what} did not finish within {self.timeout_s:.0f}s and was cancelled")})
+            yield TriggerEvent({"status": self.timeout_status, "message": self.timeout_message()})
         finally:
             await events.aclose()
+
+    def timeout_message(self) -> str:
+        return f"{self.what} did not finish within {self.timeout_s:.0f}s and was cancelled"
 
 
 class CancellingCustomJobTrigger(_TimeoutAndCancel, CustomJobTrigger):

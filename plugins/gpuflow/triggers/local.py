@@ -35,7 +35,7 @@ class LocalProcessTrigger(SettlingTrigger):
 
     def _check(self) -> dict[str, Any] | None:
         from gpuflow.emulators import process_alive
-        from gpuflow.platform.local import PIPELINE_RUNNING_MARKER
+        from gpuflow.platform.local import PIPELINE_RUNNING_MARKER, exit_status
 
         path = Path(self.log_path)
         if self.until == "running" and path.exists() and PIPELINE_RUNNING_MARKER in path.read_text(errors="replace"):
@@ -43,7 +43,11 @@ class LocalProcessTrigger(SettlingTrigger):
         if process_alive(self.pid):
             return None
         if self.until == "done":
-            return {"status": "reached", "message": f"process {self.pid} has ended"}
+            status = exit_status(path)
+            if status == 0:
+                return {"status": "reached", "message": f"process {self.pid} has finished"}
+            ended = "was stopped" if status is None else f"failed with exit status {status}"
+            return {"status": "failed", "message": f"process {self.pid} {ended}. Log tail:\n{_log_tail(path)}"}
         return {"status": "failed",
                 "message": f"the pipeline process {self.pid} exited before it ran. Log tail:\n{_log_tail(path)}"}
 

@@ -1,0 +1,140 @@
+"""The operators of llm_batch_inference that llm_streaming_inference does not have (the shared ones are imported
+from ``gpuflow.operators.streaming``; ``gpuflow.steps.batch`` does the work)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from gpuflow.operators.base import GpuflowStepOperator
+from gpuflow.operators.streaming import (
+    CleanupOperator,
+    GpuUsageCheck,
+    LaunchPipelineOperator,
+    PreflightOperator,
+    SetupResourcesOperator,
+)
+
+log = logging.getLogger(__name__)
+
+#: Updated by every publish: the answers of one date, whole. The event's extra is the run's summary (``ds``, the
+#: answers and dead-letter files, the counts and rates). Downstream DAGs schedule on it (README).
+BATCH_ANSWERS_ASSET = Asset(name="gpuflow_batch_answers")
+
+
+class BatchPreflightOperator(PreflightOperator):
+    """Preflight, with the interval's dates filled into batch.input, batch.output and batch.dead_letter_output."""
+
+    workflow = "batch"
+
+    def for_this_run(self, config, context: Any):
+        from gpuflow.batch_paths import date_fields, fill_batch_paths
+        from gpuflow.config import ConfigError
+
+        try:
+            return fill_batch_paths(config, date_fields(context))
+        except ConfigError as error:
+            raise AirflowFailException(str(error)) from None
+
+
+class WaitForInputOperator(GpuflowStepOperator):
+    """Finds the interval's input; when there is none yet, defers up to batch.input_wait_s for it to appear. Still
+    none: batch.missing_input skips the run's other tasks, or fails the run."""
+
+    ui_color = "#fff3cd"
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.batch import find_input
+
+        files = find_input(config, platform.conn_id)
+        if files:
+            return {"input": config.batch.input, "files": files}
+        if config.batch.input_wait_s > 0:
+            from gpuflow.triggers.batch_input import input_trigger
+
+            log.info("no file matches %s yet: waiting up to %.0fs (checking every %.0fs)", config.batch.input,
+                     config.batch.input_wait_s, config.batch.input_poll_interval_s)
+            self.defer_with(context, input_trigger(config), config.batch.input_wait_s)
+        return self._missing(config, f"{config.batch.input} matches no file")
+
+    def resume_step(self, config, names, platform, context, event, **_):
+        from gpuflow.steps.batch import find_input
+
+        files = find_input(config, platform.conn_id)
+        if files:
+            return {"input": config.batch.input, "files": files}
+        if isinstance(event, dict) and event.get("status") == "error":
+            raise AirflowException(f"waiting for the input failed: {event.get('message')}")
+        return self._missing(config, event.get("message") if isinstance(event, dict) else "no input")
+
+    @staticmethod
+    def _missing(config, why: str) -> None:
+        if config.batch.missing_input == "skip":
+            raise AirflowSkipException(f"no input for this interval ({why}); batch.missing_input is skip, so the "
+                                       "run's other tasks are skipped")
+        raise AirflowFailException(f"no input for this interval: {why}. Fix: put the interval's JSONL files there "
+                                   "and clear this task, or set batch.missing_input: skip")
+
+
+class BatchSetupOperator(SetupResourcesOperator):
+    """The run's bucket (for the exported model and the job's staging), without Pub/Sub: a batch job reads files."""
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.resources import create_resources
+
+        return create_resources(config, names, platform.conn_id, pubsub=False)
+
+
+class RunBatchOperator(LaunchPipelineOperator):
+    """Starts the batch job on the interval's input (with the streaming launch's fallbacks on an exhausted zone)
+    and defers until it is done; it writes into the run's staging folders, which publish moves into place."""
+
+    batch = True
+
+
+class PublishOutputsOperator(GpuflowStepOperator):
+    """Checks that every input line ended answered or dead-lettered, then replaces the date's outputs with the
+    run's; the summary (counts, prompts/s, tokens/s) goes to the log, XCom, ``_SUCCESS`` and the Asset event."""
+
+    ui_color = "#d4edda"
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.batch import CountsDoNotAddUp, publish_outputs, staged_summary
+
+        job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}
+        started, ended = job.get("window") or (0.0, 0.0)
+        try:
+            summary = staged_summary(config, names, platform.conn_id, ended - started)
+        except CountsDoNotAddUp as error:
+            raise AirflowFailException(str(error)) from None
+        summary = {"ds": context.get("ds"), "run_id": context["run_id"], **summary}
+        log.info("batch summary:\n%s", json.dumps(summary, indent=2))
+        publish_outputs(config, names, platform.conn_id, summary)
+        context["outlet_events"][BATCH_ANSWERS_ASSET].extra = summary
+        return summary
+
+
+class BatchGpuUsageOperator(GpuUsageCheck):
+    """After the batch job: did its GPUs work over the job's window (smoke_test.gpu_usage: fail, warn, ignore)?"""
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.platform import JobHandle
+
+        job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}
+        handle = JobHandle.model_validate(job["job"]) if job.get("job") else None
+        return self.check_usage(context, config, platform, handle, job.get("window") or [0.0, 0.0],
+                                {"job_id": handle.id if handle else None})
+
+
+class BatchCleanupOperator(CleanupOperator):
+    """Cleanup, plus the run's staging folders (left by a job or a publish that failed)."""
+
+    def delete_resources(self, config, names, platform, stopped):
+        from gpuflow.steps.batch import discard_staging
+
+        return {**super().delete_resources(config, names, platform, stopped),
+                "staged_files_deleted": discard_staging(config, names, platform.conn_id)}
