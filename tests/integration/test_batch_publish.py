@@ -1,0 +1,104 @@
+"""Publishing a batch run's staged outputs on the GCS emulator (the provider's GCSHook), and waiting for input:
+the date's folders are replaced whole, only when the counts add up; _SUCCESS comes last."""
+
+import json
+
+import pytest
+
+from gpuflow.batch_paths import fill_batch_paths, staging_folders
+from gpuflow.config import load_config
+from gpuflow.naming import resource_names
+from gpuflow.steps.batch import CountsDoNotAddUp, discard_staging, find_input, publish_outputs, staged_summary
+from tests.helpers import GCP_TEST_PROJECT, first_event
+
+BUCKET = "gpuflow-publish-test"
+CONN = "google_cloud_default"
+
+
+@pytest.fixture
+def gcs(gcs_bucket):
+    return gcs_bucket(BUCKET)
+
+
+def batch_config(day: str, *overrides):
+    config = load_config("configs/gcp.example.yaml", overrides=[f"project={GCP_TEST_PROJECT}", f"bucket={BUCKET}",
+                                                                 "model.name=google/flan-t5-large", *overrides])
+    return fill_batch_paths(config, {"ds": day})
+
+
+def put(gcs, uri: str, lines: list[str]):
+    gcs.upload(BUCKET, uri.removeprefix(f"gs://{BUCKET}/"), data="".join(line + "\n" for line in lines))
+
+
+def listing(gcs, folder: str) -> dict[str, str]:
+    prefix = folder.removeprefix(f"gs://{BUCKET}/")
+    return {name.removeprefix(prefix): gcs.download(BUCKET, name).decode() for name in gcs.list(BUCKET, prefix=prefix)}
+
+
+def stage_a_run(gcs, config, names, answered: int, dead_lettered: int, claimed_answered: int | None = None):
+    answers, dead_letters = staging_folders(config, names.prefix)
+    put(gcs, answers + "responses.jsonl", [json.dumps({"id": str(i), "response": "r"}) for i in range(answered)])
+    put(gcs, dead_letters + "dead_letters.jsonl", [json.dumps({"id": None, "reason": "blank_line"})] * dead_lettered)
+    put(gcs, answers + "summary.json", [json.dumps({
+        "lines_in": answered + dead_lettered, "answered": answered if claimed_answered is None else claimed_answered,
+        "dead_lettered": dead_lettered, "response_tokens": 8 * answered,
+        "dead_letter_reasons": {"blank_line": dead_lettered} if dead_lettered else {}})])
+
+
+def test_a_rerun_replaces_the_dates_folders_whole_and_success_comes_last(gcs, gcp_env):
+    config = batch_config("2026-03-01")
+    put(gcs, f"gs://{BUCKET}/prompts/2026-03-01/a.jsonl", ["1", "2"])
+    put(gcs, f"gs://{BUCKET}/prompts/2026-03-01/b.jsonl", ["3"])
+    put(gcs, f"gs://{BUCKET}/prompts/2026-03-01/nested/c.jsonl", ["not matched: * stays in its folder"])
+    assert find_input(config, CONN) == [f"gs://{BUCKET}/prompts/2026-03-01/a.jsonl",
+                                        f"gs://{BUCKET}/prompts/2026-03-01/b.jsonl"]
+    # An earlier run's output, with a file this run does not write
+    put(gcs, config.batch.output + "responses.jsonl", ["old"] * 5)
+    put(gcs, config.batch.output + "stale.jsonl", ["old"])
+    put(gcs, config.batch.output + "_SUCCESS", ["{}"])
+    names = resource_names(config, "gf-pub000001")
+    stage_a_run(gcs, config, names, answered=2, dead_lettered=1)
+
+    summary = staged_summary(config, names, CONN, job_seconds=4.0)
+    assert (summary["lines_in"], summary["answered"], summary["dead_lettered"], summary["input_files"]) == (3, 2, 1, 2)
+    assert (summary["prompts_per_s"], summary["tokens_per_s"]) == (0.5, 4.0)
+    publish_outputs(config, names, CONN, summary)
+
+    answers = listing(gcs, config.batch.output)
+    assert sorted(answers) == ["_SUCCESS", "responses.jsonl"]
+    assert len(answers["responses.jsonl"].splitlines()) == 2 and json.loads(answers["_SUCCESS"]) == summary
+    assert len(listing(gcs, config.batch.dead_letter_output)["dead_letters.jsonl"].splitlines()) == 1
+    assert all(listing(gcs, folder) == {} for folder in staging_folders(config, names.prefix))
+
+
+def test_counts_that_do_not_add_up_publish_nothing(gcs, gcp_env):
+    config = batch_config("2026-03-02")
+    put(gcs, f"gs://{BUCKET}/prompts/2026-03-02/a.jsonl", ["1", "2", "3"])
+    put(gcs, config.batch.output + "responses.jsonl", ["kept"])
+    names = resource_names(config, "gf-pub000002")
+    stage_a_run(gcs, config, names, answered=1, dead_lettered=1, claimed_answered=2)  # a line went missing
+    with pytest.raises(CountsDoNotAddUp, match=r"1 answered \+ 1 dead-lettered != 3 line\(s\) in.*Nothing was "):
+        staged_summary(config, names, CONN, job_seconds=1.0)
+    assert listing(gcs, config.batch.output) == {"responses.jsonl": "kept\n"}
+    assert discard_staging(config, names, CONN) == 3  # cleanup takes the staged files away
+
+
+def test_a_job_that_left_no_summary_publishes_nothing(gcs, gcp_env):
+    config = batch_config("2026-03-03")
+    with pytest.raises(CountsDoNotAddUp, match="left no summary.*did not finish"):
+        staged_summary(config, resource_names(config, "gf-pub000003"), CONN, job_seconds=1.0)
+
+
+@pytest.mark.parametrize("profile", ["local", "gcp"])
+def test_the_input_wait_ends_when_a_file_matches_or_at_its_timeout(gcs, gcp_env, profile, local_config):
+    from gpuflow.triggers.batch_input import input_trigger
+
+    day = "2026-03-04" if profile == "local" else "2026-03-05"
+    overrides = ["batch.input_wait_s=1.5", "batch.input_poll_interval_s=0.2"]
+    if profile == "local":
+        overrides += ["profile=local", f"local.storage_emulator_host={local_config.local.storage_emulator_host}"]
+    config = batch_config(day, *overrides)
+    event = first_event(input_trigger(config))
+    assert event["status"] == "timeout" and "no file matched" in event["message"]
+    put(gcs, f"gs://{BUCKET}/prompts/{day}/late.jsonl", ["1"])
+    assert first_event(input_trigger(config))["status"] == "success"
