@@ -299,7 +299,8 @@ class FakeWorkers:
     """What Dataflow's workers would do, done on this machine.
 
     The streaming job runs the real pipeline on BundleBasedDirectRunner against the Pub/Sub emulator (the argv
-    gpuflow gives llm_inference.py, rebuilt from the job name's run prefix). The GPU check writes the report an
+    gpuflow gives llm_inference.py, rebuilt from the job name's run prefix); a batch job runs to its end on the
+    GCS emulator. The GPU check writes the report an
     L4 worker writes, or, with ``real_gpu_check``, runs gpu_check.py here (this machine has no GPU).
     """
 
@@ -322,6 +323,11 @@ class FakeWorkers:
                                 "--runner=BundleBasedDirectRunner"], env=self.env, check=True, capture_output=True)
             else:
                 write_gcs(self.env, report_uri, json.dumps(L4_WORKER_REPORT))
+            return
+        if "llm-batch" in job.name:  # the batch job runs to its end (self.config: its dates filled in)
+            subprocess.run([sys.executable, str(ROOT / "beam_jobs" / "llm_inference.py"),
+                            *pipeline_argv(self.config, names, batch=True), "--runner=BundleBasedDirectRunner",
+                            f"--project={self.config.project}"], env=self.env, check=True, capture_output=True)
             return
         log_file = open(self.log_dir / f"{job.id}.log", "wb")  # noqa: SIM115 - lives with the process
         job.process = subprocess.Popen(
