@@ -29,6 +29,23 @@ def folders(tmp_path_factory):
     return tmp_path_factory.mktemp("batch")
 
 
+MODEL_BUCKET = "gpuflow-batch-models"
+
+
+@pytest.fixture(scope="module")
+def kept_model(local_config, emulators):
+    """export.model_dir on the GCS emulator: the first run exports there, the later runs skip the export."""
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+
+    with emulator_environment(local_config):
+        hook = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
+        if not hook.get_conn().bucket(MODEL_BUCKET).exists():
+            hook.create_bucket(bucket_name=MODEL_BUCKET, project_id=local_config.project)
+    return f"gs://{MODEL_BUCKET}/demo"
+
+
 def run_conf(local_config, folders, **extra):
     local = local_config.local
     return {
@@ -122,21 +139,28 @@ MALFORMED = [
 
 
 def test_three_dates_backfilled_then_one_rerun_replaces_its_output_whole(dag, local_config, emulators, folders,
-                                                                          reference_generate):
+                                                                          reference_generate, kept_model):
     """A backfill of three dates gives three complete outputs; the third date's input has every malformed kind,
     and its counts add up. A rerun of the second date (its input changed) replaces that date's output, and
-    nothing is duplicated."""
+    nothing is duplicated. The model is exported once and kept (export.model_dir); the third date runs on CPU
+    workers (gpu.type none: no GPU check)."""
     inputs = {DATES[0]: prompts_lines("a", 5), DATES[1]: prompts_lines("b", 4),
               DATES[2]: [*prompts_lines("c", 3), *MALFORMED]}
     for date, lines in inputs.items():
         write_input(folders, date, lines)
     runs = {}
+    cpu_workers = {"gpu__type": "none", "gpu__machine_type": "n2-highmem-2"}
     for date in DATES:
-        run = run_for(dag, date, run_conf(local_config, folders))
+        run = run_for(dag, date, run_conf(local_config, folders, export__model_dir=kept_model,
+                                          **(cpu_workers if date == DATES[2] else {})))
         assert run.state == DagRunState.SUCCESS, task_states(run)
         assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
         no_leftovers(local_config, folders, run)
         runs[date] = run
+    export = {date: run.get_task_instance("export_model").xcom_pull(task_ids="export_model") for date, run in runs.items()}
+    assert [export[date]["skipped"] for date in DATES] == [False, True, True]
+    gpu_check = runs[DATES[2]].get_task_instance("verify_gpu").xcom_pull(task_ids="verify_gpu")
+    assert gpu_check["skipped"] == "gpu.type none: CPU workers"
 
     for date in DATES[:2]:
         answers, dead_letters, summary, files = published(folders, date)
@@ -160,7 +184,7 @@ def test_three_dates_backfilled_then_one_rerun_replaces_its_output_whole(dag, lo
 
     # The second date again, with one prompt fewer and one new: its output is replaced, never appended to.
     write_input(folders, DATES[1], [*prompts_lines("b", 3), json.dumps({"id": "b-new", "prompt": "a new river"})])
-    rerun = run_for(dag, DATES[1], run_conf(local_config, folders))
+    rerun = run_for(dag, DATES[1], run_conf(local_config, folders, export__model_dir=kept_model, **cpu_workers))
     assert rerun.state == DagRunState.SUCCESS, task_states(rerun)
     answers, _, summary, files = published(folders, DATES[1])
     assert sorted(a["id"] for a in answers) == ["b-0", "b-1", "b-2", "b-new"]

@@ -14,7 +14,10 @@ def service_options(config: GpuflowConfig) -> list[str]:
     """The configured service options, plus how the GPU is asked for.
 
     worker_accelerator: gpuflow's option unless one was written by hand. resource_hint: Dataflow Prime
-    (``enable_prime``) and no worker_accelerator at all; the hint sits on the RunInference step.
+    (``enable_prime``) and no worker_accelerator at all; the hint sits on the RunInference step. The right-fitting
+    page: "Right fitting supports Dataflow Prime" and "When you use right fitting, don't use the worker_accelerator
+    service option" (docs.cloud.google.com/dataflow/docs/guides/right-fitting); the Prime page lists right fitting
+    (resource hints) among Prime's features (docs.cloud.google.com/dataflow/docs/guides/enable-dataflow-prime).
     """
     from gpuflow.gpu_options import PREFIX, worker_accelerator
 
