@@ -1,4 +1,5 @@
-"""Export a seq2seq model's weights as a bf16 PyTorch ``state_dict``, as in the Dataflow LLM guide.
+"""Export a model's weights as a bf16 PyTorch ``state_dict``, as in the Dataflow LLM guide: a seq2seq model (the
+guide's FLAN-T5) or a decoder-only one (Gemma, Llama, Mistral class), told apart by its config.
 
 Two modes, as in the guide:
 
@@ -70,10 +71,12 @@ class _CountingWriter:
 def run_local(model_name: str, state_dict_path: str, record_as: str | None = None) -> int:
     """Load in bf16 (no fp32 copy), stream the state_dict to its target; returns bytes written."""
     import torch
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-    log.info("loading %s in bfloat16", model_name)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_name, dtype=torch.bfloat16, low_cpu_mem_usage=True)
+    architecture = "seq2seq" if AutoConfig.from_pretrained(model_name).is_encoder_decoder else "causal"
+    auto_class = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
+    log.info("loading %s (%s) in bfloat16", model_name, architecture)
+    model = auto_class.from_pretrained(model_name, dtype=torch.bfloat16, low_cpu_mem_usage=True)
     state_dict = model.state_dict()
     tensor_bytes = sum(t.numel() * t.element_size() for t in state_dict.values())
     log.info("converted: %d tensors, %.1f MB in bf16; writing %s", len(state_dict), tensor_bytes / 1e6, state_dict_path)
@@ -90,7 +93,8 @@ def run_local(model_name: str, state_dict_path: str, record_as: str | None = Non
         _copy_dir_files(staging, target_dir)
     log.info("wrote config and tokenizer to %s", target_dir)
     # Written last: its presence means the export is whole, so a later run can skip it.
-    marker = {"model_name": record_as or model_name, "dtype": "bfloat16", "state_dict_bytes": counter.written}
+    marker = {"model_name": record_as or model_name, "dtype": "bfloat16", "state_dict_bytes": counter.written,
+              "architecture": architecture}
     with _open_for_write(f"{target_dir}/{EXPORT_MARKER}") as writer:
         writer.write(json.dumps(marker).encode())
     log.info("export complete: %s", marker)

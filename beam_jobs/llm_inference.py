@@ -23,6 +23,7 @@ becomes a dead letter instead of failing the job.
 
 import argparse
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -77,10 +78,27 @@ def materialize_model_dir(model_name: str) -> str:
     return local_dir
 
 
+#: What --architecture takes: auto reads the model's config (an encoder-decoder is seq2seq, else causal).
+ARCHITECTURES = ("auto", "seq2seq", "causal")
+
+
+def model_architecture(model_dir: str, requested: str = "auto") -> str:
+    """seq2seq (T5 class) or causal (decoder-only: Gemma, Llama, Mistral class)."""
+    if requested != "auto":
+        return requested
+    from transformers import AutoConfig
+
+    return "seq2seq" if AutoConfig.from_pretrained(model_dir).is_encoder_decoder else "causal"
+
+
 def load_tokenizer(model_dir: str):
+    """The model's tokenizer; one without a pad token (most decoder-only ones) pads with its end-of-sequence."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def _open_state_dict(path: str, device: str):
@@ -118,21 +136,42 @@ def choose_device_and_dtype(dtype: str = "auto", require_gpu: bool = False):
     return device, getattr(torch, dtype)
 
 
-def load_seq2seq_model(model_dir: str, state_dict_path: str, device: str, dtype):
-    """Build the model directly in ``dtype`` on the meta device and assign the saved tensors to it.
+@contextlib.contextmanager
+def _parameters_on_meta():
+    """Every parameter created inside goes to the meta device (no memory, no initialisation), while buffers stay
+    real: a rotary embedding's ``inv_freq`` is computed when the model is built and is no part of a state_dict."""
+    import torch
+
+    register = torch.nn.Module.register_parameter
+
+    def register_on_meta(module, name, parameter):
+        register(module, name, parameter)
+        if parameter is not None:
+            module._parameters[name] = torch.nn.Parameter(parameter.to("meta"), requires_grad=False)
+
+    torch.nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def load_model(model_dir: str, state_dict_path: str, device: str, dtype, architecture: str = "seq2seq"):
+    """Build the model directly in ``dtype`` with its parameters on the meta device, and assign the saved tensors.
 
     No random initialisation runs and no fp32 copy of a bf16 checkpoint is ever made.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     config = AutoConfig.from_pretrained(model_dir)
-    with torch.device("meta"):
-        model = AutoModelForSeq2SeqLM.from_config(config, dtype=dtype)
+    auto_class = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
+    with _parameters_on_meta():
+        model = auto_class.from_config(config, dtype=dtype)
     state_dict = _open_state_dict(state_dict_path, device)
     state_dict = {key: tensor.to(device=device, dtype=dtype) for key, tensor in state_dict.items()}
     missing, unexpected = model.load_state_dict(state_dict, strict=False, assign=True)
     model.tie_weights()
+    model.to(device)  # the buffers (the parameters are there already)
     still_meta = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
     if still_meta or unexpected:
         raise RuntimeError(
@@ -148,15 +187,17 @@ def load_seq2seq_model(model_dir: str, state_dict_path: str, device: str, dtype)
 # Model handler
 
 
-class LoadedSeq2Seq:
+class LoadedModel:
     """What ``load_model`` hands to ``run_inference``: the model, its tokenizer and device.
 
     ``generate`` is its one entry point, so that a copy shared across SDK processes (model copies, Beam's
     multi-process sharing) is called with token ids and answers with strings, never moving the model.
+    A seq2seq batch pads on the right; a causal one on the left, so that every prompt ends where its answer
+    begins, and the answer is the new tokens alone, never the echoed prompt.
     """
 
-    def __init__(self, model, tokenizer, device: str):
-        self.model, self.tokenizer, self.device = model, tokenizer, device
+    def __init__(self, model, tokenizer, device: str, architecture: str = "seq2seq"):
+        self.model, self.tokenizer, self.device, self.architecture = model, tokenizer, device, architecture
 
     def generate(self, token_lists: Sequence[list[int]], max_new_tokens: int) -> list[str]:
         """Greedy answers for a batch, padded with an attention mask, in one ``generate`` call."""
@@ -166,13 +207,17 @@ class LoadedSeq2Seq:
         """Each answer with the number of tokens generated for it (neither padding nor end-of-sequence)."""
         import torch
 
-        pad_id = self.model.config.pad_token_id or 0
+        pad_id = self.model.config.pad_token_id
+        if pad_id is None:
+            pad_id = self.tokenizer.pad_token_id or 0
+        causal = self.architecture == "causal"
         width = max(len(tokens) for tokens in token_lists)
         input_ids = torch.full((len(token_lists), width), pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(token_lists), width), dtype=torch.long)
         for row, tokens in enumerate(token_lists):
-            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            attention_mask[row, : len(tokens)] = 1
+            where = slice(width - len(tokens), width) if causal else slice(0, len(tokens))
+            input_ids[row, where] = torch.tensor(tokens, dtype=torch.long)
+            attention_mask[row, where] = 1
         with torch.inference_mode():
             output = self.model.generate(
                 input_ids=input_ids.to(self.device),
@@ -180,16 +225,19 @@ class LoadedSeq2Seq:
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 num_beams=1,
+                pad_token_id=pad_id,
             )
-        generated = output[:, 1:]  # after the decoder's start token
+        # causal: what follows the (left-padded) prompts; seq2seq: what follows the decoder's start token
+        generated = output[:, width:] if causal else output[:, 1:]
         eos_id = self.model.config.eos_token_id
         counts = ((generated != pad_id) & (generated != (eos_id if eos_id is not None else -1))).sum(dim=1)
-        texts = self.tokenizer.batch_decode(output, skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
         return list(zip(texts, counts.tolist(), strict=True))
 
 
-class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedSeq2Seq]):
-    """Pads each batch with an attention mask and calls ``generate`` once per batch.
+class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]):
+    """Pads each batch with an attention mask and calls ``generate`` once per batch, for a seq2seq or a causal
+    (decoder-only) model (``architecture``: auto reads the model's config).
 
     The guide's ``PytorchModelHandlerTensor`` stacks token tensors and fails as soon as two
     prompts of different lengths share a batch. A prompt whose inference fails gets an
@@ -208,6 +256,7 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
         max_batch_duration_secs: float | None = None,
         group_by_length: bool = False,
         model_copies: int | None = None,
+        architecture: str = "auto",
     ):
         batching: dict[str, Any] = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
         if group_by_length:
@@ -225,6 +274,7 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
         self.max_new_tokens = max_new_tokens
         self.dtype = dtype
         self.require_gpu = require_gpu
+        self.architecture = architecture
         if model_copies:
             # Beam loads this many copies per worker and shares them across its SDK processes.
             self._share_across_processes, self._model_copies = True, model_copies
@@ -232,22 +282,23 @@ class Seq2SeqGenerateHandler(ModelHandler[PromptElement, PredictionResult, Loade
     def batch_elements_kwargs(self) -> dict[str, Any]:
         return dict(self._batching)
 
-    def load_model(self) -> LoadedSeq2Seq:
+    def load_model(self) -> LoadedModel:
         started = time.monotonic()
         device, dtype = choose_device_and_dtype(self.dtype, self.require_gpu)
         model_dir = materialize_model_dir(self.model_name)
-        model = load_seq2seq_model(model_dir, self.state_dict_path, device, dtype)
+        architecture = model_architecture(model_dir, self.architecture)
+        model = load_model(model_dir, self.state_dict_path, device, dtype, architecture)
         log.info(
-            "gpuflow: model loaded on %s in %s from %s in %.1fs", device, dtype, self.state_dict_path,
-            time.monotonic() - started,
+            "gpuflow: model loaded (%s) on %s in %s from %s in %.1fs", architecture, device, dtype,
+            self.state_dict_path, time.monotonic() - started,
         )
-        return LoadedSeq2Seq(model, load_tokenizer(model_dir), device)
+        return LoadedModel(model, load_tokenizer(model_dir), device, architecture)
 
-    def _generate(self, loaded: LoadedSeq2Seq, token_lists: Sequence[list[int]]) -> list[tuple[str, int]]:
+    def _generate(self, loaded: LoadedModel, token_lists: Sequence[list[int]]) -> list[tuple[str, int]]:
         return loaded.generate_counted(token_lists, self.max_new_tokens)
 
     def run_inference(
-        self, batch: Sequence[PromptElement], model: LoadedSeq2Seq, inference_args: dict[str, Any] | None = None
+        self, batch: Sequence[PromptElement], model: LoadedModel, inference_args: dict[str, Any] | None = None
     ) -> Iterable[PredictionResult]:
         try:
             answers: list[Any] = self._generate(model, [tokens for _, _, tokens in batch])
@@ -273,13 +324,25 @@ class ValidatePrompt(beam.DoFn):
 
     DEAD_LETTER = "dead_letter"
 
-    def __init__(self, model_name: str, max_input_tokens: int):
+    def __init__(self, model_name: str, max_input_tokens: int, chat_template: bool = False):
         self.model_name = model_name
         self.max_input_tokens = max_input_tokens
+        self.chat_template = chat_template
         self._tokenizer = None
 
     def setup(self):
         self._tokenizer = load_tokenizer(materialize_model_dir(self.model_name))
+        if self.chat_template and not self._tokenizer.chat_template:
+            raise ValueError(f"--chat-template is set but the tokenizer of {self.model_name} has no chat template. "
+                             "Fix: set model.chat_template: false, or use the model's instruction-tuned variant.")
+
+    def _tokens(self, prompt: str) -> list[int]:
+        """The prompt's token ids; with --chat-template, as the one user message of a chat, ready for the answer."""
+        if self.chat_template:
+            return list(self._tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True,
+                return_dict=True)["input_ids"])
+        return self._tokenizer(prompt)["input_ids"]
 
     def process(self, record: tuple[str, bytes | str]):
         prompt_id, payload = record
@@ -291,7 +354,7 @@ class ValidatePrompt(beam.DoFn):
         if not prompt.strip():
             yield dead_letter(prompt_id, payload, "empty prompt", "empty_prompt")
             return
-        tokens = self._tokenizer(prompt)["input_ids"]
+        tokens = self._tokens(prompt)
         if len(tokens) > self.max_input_tokens:
             yield dead_letter(
                 prompt_id, payload, f"prompt has {len(tokens)} tokens, over the limit of {self.max_input_tokens}",
@@ -441,6 +504,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     option("group-by-length", type=flag, nargs="?", const=True, default=False,
            help="batch prompts of similar token length together (less padding)")
     option("model-label", default=None, help="the model named in each answer (default: --model-name)")
+    option("architecture", choices=ARCHITECTURES, default="auto",
+           help="seq2seq or causal (decoder-only); auto reads the model's config")
+    option("chat-template", type=flag, nargs="?", const=True, default=False,
+           help="format each prompt with the tokenizer's chat template (instruction-tuned causal models)")
     batch = parser.add_argument_group("batch mode")
     batch.add_argument("--input", help="JSONL prompts file or glob")
     batch.add_argument("--output", help="directory (ending in /) or prefix for the JSONL outputs")
@@ -513,8 +580,8 @@ def write_summary(pipeline: beam.Pipeline, lines, answers, dead_letters, path: s
     )
 
 
-def make_model_handler(args: argparse.Namespace, streaming: bool) -> Seq2SeqGenerateHandler:
-    return Seq2SeqGenerateHandler(
+def make_model_handler(args: argparse.Namespace, streaming: bool) -> GenerateHandler:
+    return GenerateHandler(
         model_name=args.model_name,
         state_dict_path=args.state_dict_path,
         max_new_tokens=args.max_new_tokens,
@@ -526,6 +593,7 @@ def make_model_handler(args: argparse.Namespace, streaming: bool) -> Seq2SeqGene
         max_batch_duration_secs=args.max_batch_duration_secs if streaming else None,
         group_by_length=args.group_by_length,
         model_copies=args.model_copies,
+        architecture=args.architecture,
     )
 
 
@@ -555,7 +623,7 @@ def build_pipeline(
         records = unique.records
 
     validated = records | "Validate" >> beam.ParDo(
-        ValidatePrompt(args.model_name, args.max_input_tokens)
+        ValidatePrompt(args.model_name, args.max_input_tokens, args.chat_template)
     ).with_outputs(ValidatePrompt.DEAD_LETTER, main="prompts")
     run_inference = RunInference(handler).with_exception_handling()
     if args.accelerator_hint:

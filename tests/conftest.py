@@ -71,45 +71,77 @@ def airflow_db():
     return _AIRFLOW_HOME
 
 
-@pytest.fixture(scope="session")
-def demo_model_dir(tmp_path_factory) -> Path:
+def _demo_model(tmp_path_factory, architecture: str) -> Path:
     from gpuflow.demo_model import write_demo_model
 
-    return write_demo_model(tmp_path_factory.mktemp("demo-model"))
+    return write_demo_model(tmp_path_factory.mktemp(f"demo-{architecture}"), architecture=architecture)
 
 
-@pytest.fixture(scope="session")
-def exported_model(demo_model_dir, tmp_path_factory) -> Path:
-    """The demo model exported with download_model.py local (bf16 state_dict, config, tokenizer)."""
+def _export(model_dir: Path, tmp_path_factory) -> Path:
+    """The model exported with download_model.py local (bf16 state_dict, config, tokenizer)."""
     target = tmp_path_factory.mktemp("export") / "state_dict.pth"
     subprocess.run(
-        [sys.executable, str(ROOT / "beam_jobs" / "download_model.py"), "local", "--model-name", str(demo_model_dir),
+        [sys.executable, str(ROOT / "beam_jobs" / "download_model.py"), "local", "--model-name", str(model_dir),
          "--state-dict-path", str(target)],
         check=True, capture_output=True,
     )
     return target
 
 
-@pytest.fixture(scope="session")
-def reference_generate(exported_model):
-    """model.generate on one prompt at a time, greedy, with the exported weights: the ground truth."""
+def _reference_generate(exported: Path):
+    """model.generate on one prompt at a time, greedy, with the exported weights: the ground truth. For a causal
+    model the answer is what follows the prompt."""
     import torch
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-    model_dir = exported_model.parent
-    model = AutoModelForSeq2SeqLM.from_config(AutoConfig.from_pretrained(model_dir))
-    model.load_state_dict(torch.load(exported_model, weights_only=True))  # bf16 values copied into fp32
+    model_dir = exported.parent
+    config = AutoConfig.from_pretrained(model_dir)
+    auto_class = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    model = auto_class.from_config(config)
+    model.load_state_dict(torch.load(exported, weights_only=True))  # bf16 values copied into fp32
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
     def generate(prompt: str, max_new_tokens: int) -> str:
         encoded = tokenizer(prompt, return_tensors="pt")
         with torch.inference_mode():
-            output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
-        return tokenizer.decode(output[0], skip_special_tokens=True)
+            output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                    pad_token_id=tokenizer.pad_token_id)
+        new = output[0] if config.is_encoder_decoder else output[0, encoded["input_ids"].shape[1]:]
+        return tokenizer.decode(new, skip_special_tokens=True)
 
     generate.tokenizer = tokenizer
     return generate
+
+
+@pytest.fixture(scope="session")
+def demo_model_dir(tmp_path_factory) -> Path:
+    return _demo_model(tmp_path_factory, "seq2seq")
+
+
+@pytest.fixture(scope="session")
+def exported_model(demo_model_dir, tmp_path_factory) -> Path:
+    return _export(demo_model_dir, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def reference_generate(exported_model):
+    return _reference_generate(exported_model)
+
+
+@pytest.fixture(scope="session")
+def demo_causal_model_dir(tmp_path_factory) -> Path:
+    return _demo_model(tmp_path_factory, "causal")
+
+
+@pytest.fixture(scope="session")
+def exported_causal_model(demo_causal_model_dir, tmp_path_factory) -> Path:
+    return _export(demo_causal_model_dir, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def reference_generate_causal(exported_causal_model):
+    return _reference_generate(exported_causal_model)
 
 
 def pytest_collection_modifyitems(config, items):

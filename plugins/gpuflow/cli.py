@@ -53,7 +53,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 def cmd_make_demo_model(args: argparse.Namespace) -> int:
     from gpuflow.demo_model import write_demo_model
 
-    write_demo_model(args.directory, seed=args.seed)
+    write_demo_model(args.directory, seed=args.seed, architecture=args.architecture)
     print(f"demo model written to {args.directory}")
     return 0
 
@@ -220,9 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="skip the environment checks (emulators, launch-environment versions)")
     preflight.set_defaults(func=cmd_preflight)
 
-    demo = commands.add_parser("make-demo-model", help="write the small offline seq2seq model")
+    demo = commands.add_parser("make-demo-model", help="write a small offline model (seq2seq T5, or causal)")
     demo.add_argument("directory")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--architecture", choices=("seq2seq", "causal"), default="seq2seq")
     demo.set_defaults(func=cmd_make_demo_model)
 
     render = commands.add_parser("render-dockerfile", help="write a container build context")

@@ -22,6 +22,10 @@ DEFAULT_CONFIG_FILE = project_path("configs/local.yaml")
 
 #: The model name that means "the small seq2seq model gpuflow builds offline".
 DEMO_MODEL_NAME = "gpuflow-demo"
+#: The small decoder-only (Llama-shaped) model gpuflow builds offline.
+DEMO_CAUSAL_MODEL_NAME = "gpuflow-demo-causal"
+#: Each offline demo model and its architecture.
+DEMO_MODELS = {DEMO_MODEL_NAME: "seq2seq", DEMO_CAUSAL_MODEL_NAME: "causal"}
 
 
 class ConfigError(ValueError):
@@ -36,10 +40,16 @@ class ModelConfig(_Section):
     name: str = Field(
         DEMO_MODEL_NAME,
         description=(
-            "Hugging Face seq2seq model: a hub name, a local directory, or "
-            f"'{DEMO_MODEL_NAME}' for the small T5 that gpuflow builds offline."
+            "Hugging Face model, seq2seq or decoder-only: a hub name, a local directory, or "
+            f"'{DEMO_MODEL_NAME}' (a small T5) or '{DEMO_CAUSAL_MODEL_NAME}' (a small Llama-shaped model), which "
+            "gpuflow builds offline."
         ),
     )
+    architecture: Literal["auto", "seq2seq", "causal"] = Field("auto", description=(
+        "seq2seq (T5 class) or causal (decoder-only: Gemma, Llama, Mistral class); auto reads the model's config."))
+    chat_template: bool = Field(False, description=(
+        "Format each prompt with the tokenizer's chat template, as one user message (instruction-tuned causal "
+        "models)."))
     max_new_tokens: int = Field(16, ge=1, le=4096, description="Tokens generated per answer (greedy decoding).")
     max_input_tokens: int = Field(
         512, ge=1, le=32768, description="Longer prompts go to the dead-letter topic instead of the model."

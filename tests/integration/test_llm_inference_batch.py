@@ -56,6 +56,20 @@ def test_mixed_lengths_in_shared_batches_equal_generate_alone(tmp_path, exported
         assert answer["response"].strip()
 
 
+def test_a_causal_model_answers_200_mixed_length_prompts_each_as_generate_alone(
+        tmp_path, exported_causal_model, reference_generate_causal):
+    """Decoder-only: left padding in shared batches, and the answer is the new tokens alone."""
+    prompts = mixed_length_prompts(reference_generate_causal.tokenizer, 200)
+    lines = [json.dumps({"id": f"p{i}", "prompt": prompt}) for i, prompt in enumerate(prompts)]
+    answers, dead_letters = run_batch(tmp_path, exported_causal_model, lines)
+    assert dead_letters == [] and len(answers) == len(prompts)
+    assert max(a["batch_size"] for a in answers) > 1, "prompts of different lengths never shared a batch"
+    mismatched = [a["id"] for a in answers
+                  if a["response"] != reference_generate_causal(prompts[int(a["id"][1:])], MAX_NEW_TOKENS)]
+    assert mismatched == []
+    assert {a["response_tokens"] for a in answers} == {MAX_NEW_TOKENS}  # the new tokens alone: no echoed prompt
+
+
 def test_every_input_line_ends_answered_or_dead_lettered_with_its_reason(tmp_path, exported_model):
     """One bad byte, or any other malformed line, never fails the batch: each line lands in exactly one place."""
     too_long = " ".join(["river"] * 600)
@@ -104,7 +118,7 @@ def test_every_input_line_ends_answered_or_dead_lettered_with_its_reason(tmp_pat
     assert {answer["model"] for answer in answers} == {str(exported_model.parent)}  # --model-name, no label given
 
 
-class FailOnBoom(llm_inference.Seq2SeqGenerateHandler):
+class FailOnBoom(llm_inference.GenerateHandler):
     """The real handler, made to fail on one prompt, as a CUDA OOM on one long prompt would."""
 
     def _generate(self, loaded, token_lists):
@@ -139,7 +153,7 @@ def test_require_gpu_fails_the_pipeline_instead_of_running_on_cpu(tmp_path, expo
 def test_model_is_built_in_the_inference_dtype_without_random_init(exported_model):
     import torch
 
-    model = llm_inference.load_seq2seq_model(str(exported_model.parent), str(exported_model), "cpu", torch.float32)
+    model = llm_inference.load_model(str(exported_model.parent), str(exported_model), "cpu", torch.float32, "seq2seq")
     saved = torch.load(exported_model, weights_only=True)
     assert {t.dtype for t in saved.values()} == {torch.bfloat16}
     assert {p.dtype for p in model.parameters()} == {torch.float32}

@@ -1,5 +1,6 @@
 """The streaming pipeline, launched as the DAG launches it, on the real Pub/Sub and GCS emulators."""
 
+import re
 import time
 
 import pytest
@@ -17,13 +18,21 @@ MAX_NEW_TOKENS = 8
 
 
 @pytest.fixture
-def streaming_run(local_config, emulators, demo_model_dir, request):
+def architecture(request):
+    """seq2seq unless a test is parametrized with another (indirect)."""
+    return getattr(request, "param", "seq2seq")
+
+
+@pytest.fixture
+def streaming_run(local_config, emulators, architecture, request):
     config = local_config.model_copy(deep=True)
     config.model.max_new_tokens = MAX_NEW_TOKENS
-    names = resource_names(config, f"gf-{request.node.name[-12:].lower().replace('_', '-')}")
+    node = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
+    names = resource_names(config, f"gf-{node[-12:].strip('-')}")
     platform = LocalPlatform(config)
     create_resources(config, names, platform.conn_id)
-    platform.export_model(str(demo_model_dir), names)
+    model_dir = request.getfixturevalue("demo_model_dir" if architecture == "seq2seq" else "demo_causal_model_dir")
+    platform.export_model(str(model_dir), names)
     yield config, names, platform
     delete_run_resources(config, names, platform, [h.id for h in request_stops(names, platform, None)])
     assert list_run_resources(config, names, platform.conn_id) == {"topics": [], "subscriptions": [], "buckets": []}
@@ -59,7 +68,10 @@ def publish(platform, config, names, messages):
                                                      messages=messages)
 
 
-def test_200_mixed_length_prompts_each_answered_as_generate_alone(streaming_run, reference_generate):
+@pytest.mark.parametrize("architecture", ["seq2seq", "causal"], indirect=True)
+def test_200_mixed_length_prompts_each_answered_as_generate_alone(streaming_run, architecture, request):
+    reference_generate = request.getfixturevalue(
+        "reference_generate" if architecture == "seq2seq" else "reference_generate_causal")
     config, names, platform = streaming_run
     with platform.environment():
         prompts = {f"p{i}": p for i, p in enumerate(mixed_length_prompts(reference_generate.tokenizer, 200))}

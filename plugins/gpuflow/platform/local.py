@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig, beam_jobs_dir
+from gpuflow.config import DEMO_MODELS, GpuflowConfig, beam_jobs_dir
 from gpuflow.emulators import LOCAL_CONN_ID, emulator_env, emulator_environment, process_alive, stop_process_group
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import ImageBuildResult, JobHandle
@@ -96,21 +96,21 @@ class LocalPlatform:
         return str(beam_jobs_dir() / name)
 
     # -- export -----------------------------------------------------------------------------
-    def demo_model_dir(self) -> Path:
-        """The offline demo model, built once per state_dir (it is deterministic)."""
+    def demo_model_dir(self, name: str = "gpuflow-demo") -> Path:
+        """An offline demo model (``DEMO_MODELS``), built once per state_dir (it is deterministic)."""
         from gpuflow.demo_model import write_demo_model
 
-        directory = self.state_dir / "demo-model"
+        directory = self.state_dir / name.replace("gpuflow-demo", "demo-model")
         if not (directory / "config.json").exists():
-            staging = self.state_dir / f"demo-model.tmp{time.time_ns()}"
-            write_demo_model(staging)
+            staging = self.state_dir / f"{directory.name}.tmp{time.time_ns()}"
+            write_demo_model(staging, architecture=DEMO_MODELS[name])
             shutil.rmtree(directory, ignore_errors=True)
             staging.rename(directory)
         return directory
 
     def export_model(self, model_name: str, names: ResourceNames) -> None:
         """The export runs here, to its end, in the task's own process tree (nothing to defer on)."""
-        source = str(self.demo_model_dir()) if model_name == DEMO_MODEL_NAME else model_name
+        source = str(self.demo_model_dir(model_name)) if model_name in DEMO_MODELS else model_name
         run_logged(
             [sys.executable, self._script("download_model.py"), "local", "--model-name", source,
              "--state-dict-path", names.state_dict_uri, "--record-as", model_name],

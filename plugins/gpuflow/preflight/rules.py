@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 
-from gpuflow.config import DEMO_MODEL_NAME, GpuflowConfig
+from gpuflow.config import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
 from gpuflow.preflight.findings import Finding, error, warning
 from gpuflow.preflight.gpu_rules import (
     CPU_RULES,
@@ -72,7 +72,7 @@ def gpu_worker_disk(config: GpuflowConfig) -> Iterator[Finding]:
 
 def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
     name = config.model.name
-    if name == DEMO_MODEL_NAME or name.startswith("gs://"):
+    if name in DEMO_MODELS or name.startswith("gs://"):
         return
     looks_like_path = name.startswith(("/", ".", "~"))
     if looks_like_path and not (Path(name).expanduser() / "config.json").exists():
@@ -96,8 +96,8 @@ def dataproc_batch_rules(config: GpuflowConfig) -> Iterator[Finding]:
 
 
 def demo_model_is_local_only(config: GpuflowConfig) -> Iterator[Finding]:
-    if config.model.name == DEMO_MODEL_NAME and config.profile == "gcp":
-        yield error("model.name", f"'{DEMO_MODEL_NAME}' is built on the local machine; the gcp profile exports a "
+    if config.model.name in DEMO_MODELS and config.profile == "gcp":
+        yield error("model.name", f"'{config.model.name}' is built on the local machine; the gcp profile exports a "
                     "model in a Vertex AI job", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")
 
 

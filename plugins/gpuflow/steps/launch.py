@@ -31,6 +31,7 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
     argv = [
         "--model-name", names.model_dir_uri,
         "--model-label", config.model.name,
+        "--architecture", config.model.architecture,
         "--state-dict-path", names.state_dict_uri,
         "--max-new-tokens", str(config.model.max_new_tokens),
         "--max-input-tokens", str(config.model.max_input_tokens),
@@ -44,6 +45,8 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
         argv.append("--require-gpu")
     if config.inference.group_by_length:
         argv.append("--group-by-length")
+    if config.model.chat_template:
+        argv.append("--chat-template")
     if config.gpu.request == "resource_hint" and config.profile == "gcp":
         from gpuflow.gpu_options import accelerator_hint
 
