@@ -213,3 +213,21 @@ def test_a_date_without_input_skips_or_fails_before_anything_is_created(dag, loc
         assert states["run_batch"] == TaskInstanceState.UPSTREAM_FAILED
     assert not (folders / "answers" / "2026-04-01").exists()
     no_leftovers(local_config, folders, run)
+
+
+def test_a_decoder_only_model_answers_a_date(dag, local_config, emulators, folders, reference_generate_causal):
+    """model.name gpuflow-demo-causal (a Llama-shaped model): exported, checked and served like the T5."""
+    date = pendulum.datetime(2026, 5, 1, tz="UTC")
+    lines = prompts_lines("d", 6)
+    write_input(folders, date, lines)
+    run = run_for(dag, date, run_conf(local_config, folders, model__name="gpuflow-demo-causal",
+                                      export__model_dir="", gpu__type="nvidia-l4", gpu__machine_type="g2-standard-4"))
+    assert run.state == DagRunState.SUCCESS, task_states(run)
+    answers, dead_letters, summary, _ = published(folders, date)
+    prompts = {json.loads(line)["id"]: json.loads(line)["prompt"] for line in lines}
+    assert dead_letters == [] and summary["answered"] == len(prompts)
+    assert sorted(a["id"] for a in answers) == sorted(prompts)
+    for answer in answers:
+        assert answer["model"] == "gpuflow-demo-causal"
+        assert answer["response"] == reference_generate_causal(answer["prompt"], MAX_NEW_TOKENS), answer["id"]
+    no_leftovers(local_config, folders, run)
