@@ -121,12 +121,26 @@ def model_parameters_m(config: GpuflowConfig) -> float | None:
     return size.parameters_m if size else None
 
 
+def kv_cache_gb(config: GpuflowConfig) -> float | None:
+    """A decoder-only model's KV cache at its fullest: keys and values of every layer for a whole batch of
+    ``inference.max_batch_size`` prompts of ``model.max_input_tokens`` plus ``model.max_new_tokens`` tokens; None
+    when the catalog has no KV shape for the model (or it is seq2seq, whose overhead covers short answers)."""
+    size = catalog.model_size(config.model.name)
+    if size is None or size.architecture != "causal" or None in (size.layers, size.kv_heads, size.head_dim):
+        return None
+    tokens = config.inference.max_batch_size * (config.model.max_input_tokens + config.model.max_new_tokens)
+    per_token = 2 * size.layers * size.kv_heads * size.head_dim * catalog.bytes_per_parameter(effective_dtype(config))
+    return tokens * per_token / 1e9
+
+
 def model_memory_gb(config: GpuflowConfig) -> float | None:
-    """Weights plus runtime overhead in the inference dtype; None when the model's size is unknown."""
+    """Weights plus runtime overhead in the inference dtype, plus a decoder-only model's KV cache; None when the
+    model's size is unknown."""
     parameters_m = model_parameters_m(config)
     if parameters_m is None:
         return None
-    return parameters_m * 1e6 * catalog.bytes_per_parameter(effective_dtype(config)) * catalog.runtime_overhead() / 1e9
+    weights = parameters_m * 1e6 * catalog.bytes_per_parameter(effective_dtype(config)) * catalog.runtime_overhead()
+    return weights / 1e9 + (kv_cache_gb(config) or 0.0)
 
 
 def model_gpu_share(config: GpuflowConfig) -> float | None:

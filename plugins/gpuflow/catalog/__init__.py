@@ -110,7 +110,12 @@ class ModelSize:
     parameters_m: float
     export_machine: str
     export_disk_gb: int
-    cpu_worker_machine: str  # guide 002's machine for the pipeline on CPU workers (gpu.type none)
+    cpu_worker_machine: str | None = None  # guide 002's machine for the pipeline on CPU workers (gpu.type none)
+    architecture: str = "seq2seq"
+    # A decoder-only model's KV-cache shape, where a source gives it: layers, key/value heads, head dimension.
+    layers: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
 
 
 def model_size(name: str) -> ModelSize | None:

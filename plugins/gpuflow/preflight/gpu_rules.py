@@ -16,6 +16,7 @@ from gpuflow.gpu_options import (
     AcceleratorOptionError,
     effective_dtype,
     effective_sharing,
+    kv_cache_gb,
     model_gpu_share,
     model_memory_gb,
     model_parameters_m,
@@ -134,6 +135,23 @@ def dtype_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
                       "check the memory findings, or use nvidia-l4 for bfloat16")
 
 
+def _kv_cache_counted(config: GpuflowConfig) -> Iterator[Finding]:
+    """Say what the memory figure holds for a decoder-only model: its KV cache, or that the catalog lacks its shape."""
+    size = catalog.model_size(config.model.name)
+    if size is None or size.architecture != "causal":
+        return
+    cache_gb = kv_cache_gb(config)
+    tokens = config.model.max_input_tokens + config.model.max_new_tokens
+    if cache_gb is None:
+        yield warning("model.name", f"the catalog has no KV-cache shape for {config.model.name}, so its KV cache "
+                      f"({config.inference.max_batch_size} prompts of up to {tokens} tokens) is not counted",
+                      "leave headroom on the GPU, or lower inference.max_batch_size")
+    else:
+        yield info("inference.max_batch_size", f"the memory figure counts {config.model.name}'s KV cache: "
+                   f"{cache_gb:.2f} GB for {config.inference.max_batch_size} prompts of up to {tokens} tokens",
+                   "lower inference.max_batch_size or model.max_input_tokens to need less")
+
+
 def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
     """The copy must fit the GPU and the worker; how copies share the GPU is gpu_request_and_sharing's."""
 
@@ -146,6 +164,7 @@ def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
         yield warning("model.parameters_m", f"the catalog does not know the size of {config.model.name}",
                       "set model.parameters_m so preflight can check GPU and worker memory")
         return
+    yield from _kv_cache_counted(config)
     if gpu is None or share is None:
         return
     dtype = effective_dtype(config)
@@ -299,6 +318,8 @@ GPU_MACHINE_FAMILIES = {"g2", "a2", "a3"}
 def cpu_workers(config: GpuflowConfig) -> Iterator[Finding]:
     """gpu.type none: guide 002's pipeline on CPU workers, sized by its table of n2-highmem machine types."""
     size = catalog.model_size(config.model.name)
+    if size is not None and size.cpu_worker_machine is None:  # no guide row for this model on CPU workers
+        size = None
     guide = f"guide 002 runs {config.model.name} on {size.cpu_worker_machine}" if size else None
     if config.require_gpu:
         yield error("require_gpu", "gpu.type none runs on CPU workers, which never see a GPU",
