@@ -50,7 +50,9 @@ def test_a_causal_model_without_a_kv_shape_is_said_to_be_uncounted():
 def test_the_export_machine_is_sized_from_the_parameter_count():
     assert catalog.model_size("google/gemma-2b").export_machine == "e2-standard-4"
     assert catalog.model_size("meta-llama/Llama-3.1-8B").export_machine == "e2-highmem-4"
-    assert catalog.export_size_for(7000).export_machine == "e2-highmem-4"  # a decoder-only model the table lacks
+    # a decoder-only model the table lacks, and a seq2seq one (guide 002's rows)
+    assert catalog.export_size_for(7000, "causal").export_machine == "e2-highmem-4"
+    assert catalog.export_size_for(7000).export_machine == "e2-highmem-16"
 
 
 def test_the_demo_causal_model_is_llama_shaped_and_its_tokenizer_pads_on_the_left(tmp_path):

@@ -123,9 +123,11 @@ def model_size(name: str) -> ModelSize | None:
     return ModelSize(**row) if row else None
 
 
-def export_size_for(parameters_m: float) -> ModelSize:
-    """The export machine of the smallest catalog model at least this large (the largest one's beyond)."""
-    sizes = sorted((ModelSize(**row) for row in _load("models")["models"].values()), key=lambda s: s.parameters_m)
+def export_size_for(parameters_m: float, architecture: str = "seq2seq") -> ModelSize:
+    """The export machine of the smallest catalog model of the architecture at least this large (the largest
+    one's beyond)."""
+    rows = [ModelSize(**row) for row in _load("models")["models"].values()]
+    sizes = sorted((size for size in rows if size.architecture == architecture), key=lambda s: s.parameters_m)
     return next((size for size in sizes if size.parameters_m >= parameters_m), sizes[-1])
 
 

@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 class VertexExport(GcpService):
     def export_machine(self) -> tuple[str, int]:
         """The guide's machine and boot disk for the model size, unless the configuration sets them."""
-        size = catalog.model_size(self.config.model.name) or catalog.export_size_for(self.config.model.parameters_m or 0)
+        architecture = "causal" if self.config.model.architecture == "causal" else "seq2seq"
+        size = catalog.model_size(self.config.model.name) or catalog.export_size_for(
+            self.config.model.parameters_m or 0, architecture)
         return (self.config.export.machine_type or size.export_machine,
                 self.config.export.boot_disk_size_gb or size.export_disk_gb)
 
