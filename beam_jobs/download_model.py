@@ -68,8 +68,14 @@ class _CountingWriter:
             flush()
 
 
-def run_local(model_name: str, state_dict_path: str, record_as: str | None = None) -> int:
-    """Load in bf16 (no fp32 copy), stream the state_dict to its target; returns bytes written."""
+#: Beside the weights, with --save-pretrained: the folder vLLM serves (safetensors, config, tokenizer).
+SAVE_PRETRAINED_DIR = "hf"
+
+
+def run_local(model_name: str, state_dict_path: str, record_as: str | None = None,
+              save_pretrained: bool = False) -> int:
+    """Load in bf16 (no fp32 copy), stream the state_dict to its target; returns bytes written. With
+    ``save_pretrained``, also the model as safetensors with its config and tokenizer in ``hf/`` beside it."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -92,9 +98,15 @@ def run_local(model_name: str, state_dict_path: str, record_as: str | None = Non
         target_dir = state_dict_path.rsplit("/", 1)[0] if "/" in state_dict_path else "."
         _copy_dir_files(staging, target_dir)
     log.info("wrote config and tokenizer to %s", target_dir)
+    if save_pretrained:
+        with tempfile.TemporaryDirectory() as staging:
+            model.save_pretrained(staging, safe_serialization=True)
+            AutoTokenizer.from_pretrained(model_name).save_pretrained(staging)
+            _copy_dir_files(staging, f"{target_dir}/{SAVE_PRETRAINED_DIR}")
+        log.info("wrote the save_pretrained folder (safetensors) to %s/%s", target_dir, SAVE_PRETRAINED_DIR)
     # Written last: its presence means the export is whole, so a later run can skip it.
     marker = {"model_name": record_as or model_name, "dtype": "bfloat16", "state_dict_bytes": counter.written,
-              "architecture": architecture}
+              "architecture": architecture, "save_pretrained": save_pretrained}
     with _open_for_write(f"{target_dir}/{EXPORT_MARKER}") as writer:
         writer.write(json.dumps(marker).encode())
     log.info("export complete: %s", marker)
@@ -145,6 +157,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         sub.add_argument("--model-name", "--model_name", dest="model_name", required=True)
         sub.add_argument("--state-dict-path", "--state_dict_path", dest="state_dict_path", required=True)
     local.add_argument("--record-as", help="the model name the export marker records (default: --model-name)")
+    local.add_argument("--save-pretrained", action="store_true",
+                       help=f"also write {SAVE_PRETRAINED_DIR}/ beside the weights: safetensors, config, tokenizer (vLLM)")
     vertex.add_argument("--job-name", required=True)
     vertex.add_argument("--project", required=True)
     vertex.add_argument("--bucket", required=True)
@@ -157,7 +171,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_arg_parser().parse_args(argv)
     if args.mode == "local":
-        run_local(args.model_name, args.state_dict_path, args.record_as)
+        run_local(args.model_name, args.state_dict_path, args.record_as, args.save_pretrained)
     else:
         run_vertex_job(
             args.model_name, args.state_dict_path, args.job_name, args.project, args.bucket,

@@ -65,15 +65,16 @@ def _gcs_bucket_and_name(uri: str):
     return storage.Client().bucket(bucket_name), name
 
 
-def materialize_model_dir(model_name: str) -> str:
-    """Return a local directory or hub name for ``from_pretrained``; copies a ``gs://`` directory down."""
+def materialize_model_dir(model_name: str, with_weights: bool = False) -> str:
+    """Return a local directory or hub name for ``from_pretrained``; copies a ``gs://`` directory down (its config
+    and tokenizer; ``with_weights``: every file, for vLLM, which serves a local folder)."""
     if not model_name.startswith("gs://"):
         return model_name
     local_dir = tempfile.mkdtemp(prefix="gpuflow-model-")
     bucket, prefix = _gcs_bucket_and_name(model_name.rstrip("/") + "/")
     for blob in bucket.list_blobs(prefix=prefix, delimiter="/"):  # the directory's own files, not subfolders
         name = blob.name.rsplit("/", 1)[-1]
-        if name.endswith(_MODEL_DIR_SUFFIXES):  # weights are read from --state-dict-path, not copied twice
+        if with_weights or name.endswith(_MODEL_DIR_SUFFIXES):  # else weights come from --state-dict-path
             blob.download_to_filename(os.path.join(local_dir, name))
     return local_dir
 
@@ -315,6 +316,55 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         return "gpuflow_llm"
 
 
+#: Where the export's save_pretrained folder lies, beside the weights (download_model.py --save-pretrained).
+SAVE_PRETRAINED_DIR = "hf"
+
+
+def make_vllm_handler(args: argparse.Namespace):
+    """Beam's ``VLLMCompletionsModelHandler`` (vLLM's OpenAI-compatible server on the worker), keyed by prompt id.
+
+    Gap filled: Beam's handler starts the server on its ``model_name``, a hub name or a local folder, while
+    gpuflow's model lies in Cloud Storage. So ``load_model`` first copies the export's save_pretrained folder to
+    the worker's disk, and the server serves it under the model's own name (vLLM's --served-model-name). vLLM is
+    imported only on the workers (the vllm recipe has it); building the pipeline needs Beam's module alone."""
+    from apache_beam.ml.inference.base import KeyedModelHandler
+    from apache_beam.ml.inference.vllm_inference import VLLMCompletionsModelHandler, _VLLMModelServer
+
+    served_name = args.model_label or args.model_name
+    folder = args.model_name.rstrip("/") + "/" + SAVE_PRETRAINED_DIR
+
+    class ExportedModelVLLMHandler(VLLMCompletionsModelHandler):
+        def load_model(self):
+            local = materialize_model_dir(folder, with_weights=True)
+            log.info("gpuflow: serving %s (copied from %s) with vLLM", served_name, folder)
+            return _VLLMModelServer(local, {**self._vllm_server_kwargs, "served-model-name": served_name})
+
+    handler = ExportedModelVLLMHandler(
+        served_name,
+        vllm_server_kwargs={"gpu-memory-utilization": str(args.vllm_gpu_memory_utilization),
+                            "max-model-len": str(args.max_input_tokens + args.max_new_tokens)},
+        min_batch_size=args.min_batch_size, max_batch_size=args.max_batch_size)
+    return KeyedModelHandler(handler)
+
+
+def vllm_inference_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Greedy, at most --max-new-tokens: what each completion request asks the vLLM server for."""
+    return {"max_tokens": args.max_new_tokens, "temperature": 0.0}
+
+
+def route_completion(keyed, model: str = ""):
+    """A vLLM completion (keyed by prompt id) -> an answer; an empty completion -> a dead letter."""
+    prompt_id, result = keyed
+    choices = getattr(result.inference, "choices", None) or []
+    if not choices:
+        yield dead_letter(prompt_id, result.example, "inference failed: vLLM returned no completion",
+                          "inference_failed")
+        return
+    usage = getattr(result.inference, "usage", None)
+    yield {"id": prompt_id, "prompt": result.example, "response": choices[0].text, "model": model,
+           "batch_size": 1, "response_tokens": getattr(usage, "completion_tokens", None)}
+
+
 # ------------------------------------------------------------------------------------------
 # Parsing and routing
 
@@ -506,6 +556,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     option("model-label", default=None, help="the model named in each answer (default: --model-name)")
     option("architecture", choices=ARCHITECTURES, default="auto",
            help="seq2seq or causal (decoder-only); auto reads the model's config")
+    option("engine", choices=("transformers", "vllm"), default="transformers",
+           help="transformers: batched generate in this process; vllm: Beam's vLLM handler (a GPU, the vllm image)")
+    option("vllm-gpu-memory-utilization", type=float, default=0.9,
+           help="vllm: the share of the GPU's memory vLLM takes (weights and KV cache)")
     option("chat-template", type=flag, nargs="?", const=True, default=False,
            help="format each prompt with the tokenizer's chat template (instruction-tuned causal models)")
     batch = parser.add_argument_group("batch mode")
@@ -601,7 +655,7 @@ def build_pipeline(
     pipeline: beam.Pipeline, args: argparse.Namespace, model_handler: ModelHandler | None = None
 ) -> None:
     streaming = bool(args.messages_subscription)
-    handler = model_handler or make_model_handler(args, streaming)
+    handler = None if args.engine == "vllm" else model_handler or make_model_handler(args, streaming)
     if streaming:
         from apache_beam.io.gcp.pubsub import ReadFromPubSub
 
@@ -625,15 +679,21 @@ def build_pipeline(
     validated = records | "Validate" >> beam.ParDo(
         ValidatePrompt(args.model_name, args.max_input_tokens, args.chat_template)
     ).with_outputs(ValidatePrompt.DEAD_LETTER, main="prompts")
-    run_inference = RunInference(handler).with_exception_handling()
+    model_label = args.model_label or args.model_name
+    if args.engine == "vllm":  # the server tokenizes by itself: the prompt's text goes, keyed by its id
+        inputs = validated.prompts | "ToKeyedText" >> beam.Map(lambda element: (element[0], element[1]))
+        run_inference = RunInference(model_handler or make_vllm_handler(args),
+                                     inference_args=vllm_inference_args(args)).with_exception_handling()
+        route = beam.FlatMap(route_completion, model=model_label)
+    else:
+        inputs = validated.prompts
+        run_inference = RunInference(handler).with_exception_handling()
+        route = beam.FlatMap(route_prediction, model=model_label)
     if args.accelerator_hint:
         # Right fitting: only this step asks for the GPU; reading, validating and writing run on CPU workers.
         run_inference = run_inference.with_resource_hints(accelerator=args.accelerator_hint)
-    predictions, failures = validated.prompts | "RunInference" >> run_inference
-    model_label = args.model_label or args.model_name
-    routed = predictions | "Route" >> beam.FlatMap(route_prediction, model=model_label).with_outputs(
-        ValidatePrompt.DEAD_LETTER, main="answers"
-    )
+    predictions, failures = inputs | "RunInference" >> run_inference
+    routed = predictions | "Route" >> route.with_outputs(ValidatePrompt.DEAD_LETTER, main="answers")
     failed_batches = failures.failed_inferences | "FailedBatches" >> beam.FlatMap(failed_batch_to_dead_letters)
     dead_letter_parts = [validated[ValidatePrompt.DEAD_LETTER], routed[ValidatePrompt.DEAD_LETTER], failed_batches]
     if not streaming:

@@ -215,6 +215,12 @@ class PubSubConfig(_Section):
 
 
 class InferenceConfig(_Section):
+    engine: Literal["transformers", "vllm"] = Field("transformers", description=(
+        "transformers: gpuflow's GenerateHandler (batched generate). vllm: Beam's VLLMCompletionsModelHandler, a vLLM "
+        "server on each worker (decoder-only models on a GPU, with container.recipe vllm)."))
+    vllm_gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description=(
+        "vllm: the share of the GPU's memory vLLM takes for the weights and its KV cache (its "
+        "--gpu-memory-utilization)."))
     min_batch_size: int = Field(1, ge=1, description="RunInference's smallest batch.")
     max_batch_size: int = Field(16, ge=1, le=4096, description="RunInference's largest batch.")
     max_batch_duration_secs: float = Field(

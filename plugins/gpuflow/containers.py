@@ -43,12 +43,19 @@ def recipe_metadata(recipe: str) -> RecipeMetadata:
     return RecipeMetadata(recipe, int(fields["cuda"]), fields.get("min_beam"), fields.get("torch", "pip"))
 
 
+#: The vllm recipe's pins, from vllm 0.32.0's wheel metadata (Requires-Dist): torch==2.13.0 (the same torch as the
+#: other recipes) and transformers>=5.16.1,<5.20.0; vllm 0.33.0 moved to torch==2.14.0.
+VLLM_PINS = ["vllm==0.32.0", "transformers==5.19.0"]
+
+
 def worker_requirements(config: GpuflowConfig, recipe: str | None = None) -> str:
     """What the workers need on top of the base image; torch only where the image lacks it."""
-    metadata = recipe_metadata(recipe or config.container.recipe)
+    recipe = recipe or config.container.recipe
+    metadata = recipe_metadata(recipe)
     torch = ["torch==2.13.0"] if metadata.torch_from == "pip" else []
+    libraries = VLLM_PINS if recipe == "vllm" else ["transformers==5.24.0"]
     return "\n".join(
-        [f"apache-beam[gcp]=={config.beam_version}", *torch, "transformers==5.24.0", "tokenizers", "safetensors",
+        [f"apache-beam[gcp]=={config.beam_version}", *torch, *libraries, "tokenizers", "safetensors",
          "google-cloud-storage", ""]
     )
 

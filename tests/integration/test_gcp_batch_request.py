@@ -32,7 +32,11 @@ CASES = {
                       b"type:nvidia-l4;count:1;machine_type:g2-standard-8;install-nvidia-driver"),
     "cpu_workers": (["gpu.type=none", "gpu.machine_type=n2-highmem-4", "require_gpu=false"], [], "n2-highmem-4",
                     None),
+    # inference.engine vllm: Beam's vLLM handler, keyed by prompt id, in the vllm recipe's image
+    "vllm": (["model.name=meta-llama/Llama-3.1-8B", "inference.engine=vllm", "container.recipe=vllm"],
+             [ACCELERATOR], "g2-standard-8", None),
 }
+VLLM_IMAGE = f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/gpuflow/vllm:0c1d2e3f4a5b6c7d"
 
 
 @pytest.fixture
@@ -90,8 +94,9 @@ def test_the_staged_batch_job_request(case, gcs, monkeypatch):
     platform = GcpPlatform(config, clients=fake)
     argv = pipeline_argv(config, names, batch=True)
     job_name = job_name_for(names, config, "llm-batch")
+    image = VLLM_IMAGE if case == "vllm" else IMAGE
 
-    template_uri, request = platform.stage_template("llm_inference.py", argv, names, IMAGE, job_name,
+    template_uri, request = platform.stage_template("llm_inference.py", argv, names, image, job_name,
                                                     streaming=False)
 
     environment = request["environment"]
@@ -102,7 +107,10 @@ def test_the_staged_batch_job_request(case, gcs, monkeypatch):
     assert pool["machineType"] == machine
     assert "use_runner_v2" in environment["experiments"]
     assert "enable_streaming_engine" not in environment["experiments"] and not options.get("streaming")
+    assert {harness["containerImage"] for harness in pool["sdkHarnessContainerImages"]} == {image}
     pipeline = staged_pipeline(gcs, request)
+    names_of_steps = {t.unique_name.split("/")[0] for t in pipeline.components.transforms.values()}
+    assert ("ToKeyedText" in names_of_steps) is (case == "vllm")  # vLLM gets each prompt's text, keyed by its id
     # The interval's input, and the run's staging folders (publish moves them into place).
     staging = f"_gpuflow-staging-{names.prefix}-2026-03-01"
     assert file_patterns(pipeline) == {

@@ -3,7 +3,7 @@ import pytest
 from gpuflow.config import load_config
 from gpuflow.containers import check_dockerfile, context_digest, recipe_metadata, recipe_names, render_recipe
 
-RECIPES = ["beam_sdk_cuda", "cuda_base", "l4", "pytorch_gpu"]
+RECIPES = ["beam_sdk_cuda", "cuda_base", "l4", "pytorch_gpu", "vllm"]
 VERSION_SETS = [("2.77.0", "3.11"), ("2.52.0", "3.10")]
 
 
@@ -35,6 +35,15 @@ def test_every_recipe_renders_and_passes_static_checks(tmp_path, recipe, beam, p
     assert ("torch==" in requirements) == (recipe_metadata(recipe).torch_from == "pip")
     assert "${" not in dockerfile.read_text().replace("${PATH}", "")
     assert (tmp_path / "beam_jobs" / "llm_inference.py").exists()
+
+
+def test_the_vllm_recipe_pins_a_vllm_that_matches_its_torch_and_cuda(tmp_path):
+    config = load_config(None, overrides=["container.recipe=vllm"])
+    render_recipe(config, tmp_path)
+    requirements = (tmp_path / "worker-requirements.txt").read_text().splitlines()
+    # vllm 0.32.0's wheel requires torch==2.13.0 and transformers>=5.16.1,<5.20.0, and brings CUDA 13 libraries
+    assert {"vllm==0.32.0", "torch==2.13.0", "transformers==5.19.0"} <= set(requirements)
+    assert recipe_metadata("vllm").cuda_major == 13
 
 
 def test_recipe_metadata_header():

@@ -37,7 +37,8 @@ class VertexExport(GcpService):
         script = " && ".join([
             "pip install --quiet " + " ".join(shlex.quote(p) for p in export.pip_packages),
             shlex.join(["python", fuse(script_uri), "local", f"--model-name={self.config.model.name}",
-                        f"--state-dict-path={fuse(names.state_dict_uri)}"]),
+                        f"--state-dict-path={fuse(names.state_dict_uri)}",
+                        *(["--save-pretrained"] if self.config.inference.engine == "vllm" else [])]),
         ])
         return aiplatform_v1.CustomJob(
             display_name=f"{names.prefix}-export",

@@ -113,7 +113,8 @@ class LocalPlatform:
         source = str(self.demo_model_dir(model_name)) if model_name in DEMO_MODELS else model_name
         run_logged(
             [sys.executable, self._script("download_model.py"), "local", "--model-name", source,
-             "--state-dict-path", names.state_dict_uri, "--record-as", model_name],
+             "--state-dict-path", names.state_dict_uri, "--record-as", model_name,
+             *(["--save-pretrained"] if self.config.inference.engine == "vllm" else [])],
             self.subprocess_env(),
             "export (download_model.py local)",
             timeout_s=self.config.export.timeout_s,

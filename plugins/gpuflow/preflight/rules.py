@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from gpuflow.config import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
+from gpuflow.preflight.engine_rules import vllm_engine, vllm_runs_here
 from gpuflow.preflight.findings import Finding, error, warning
 from gpuflow.preflight.gpu_rules import (
     CPU_RULES,
@@ -124,6 +125,7 @@ def batch_locations_usable(config: GpuflowConfig) -> Iterator[Finding]:
 
 
 CONFIG_RULES: list[Rule] = [
+    vllm_engine,
     gcp_project_is_real,
     gcp_runs_on_gpu,
     batch_sizes_ordered,
@@ -220,8 +222,8 @@ WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
 
 #: What each workflow needs of the machine it runs on.
 ENVIRONMENT_RULES: dict[str, list[Rule]] = {
-    "inference": [gcp_connection_defined, launch_environment_matches_container, emulators_answer],
-    "batch": [gcp_connection_defined, launch_environment_matches_container, emulators_answer],
+    "inference": [gcp_connection_defined, launch_environment_matches_container, emulators_answer, vllm_runs_here],
+    "batch": [gcp_connection_defined, launch_environment_matches_container, emulators_answer, vllm_runs_here],
     "dataproc": [java_for_local_spark],
 }
 

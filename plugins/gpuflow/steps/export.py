@@ -34,7 +34,9 @@ def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform
     A remote export is only started: the result's ``job`` is its handle, and the task defers until it ends."""
     result = {"state_dict_uri": names.state_dict_uri, "model_dir_uri": names.model_dir_uri, "model": config.model.name}
     marker = existing_export(names, platform.conn_id)
-    if marker and marker.get("model_name") == config.model.name and marker.get("dtype") == "bfloat16":
+    needs_folder = config.inference.engine == "vllm"  # vLLM serves the save_pretrained folder, not the state_dict
+    if marker and marker.get("model_name") == config.model.name and marker.get("dtype") == "bfloat16" \
+            and (marker.get("save_pretrained") or not needs_folder):
         log.info("skipping the export: %s (bf16, %s bytes) is already at %s", config.model.name,
                  marker.get("state_dict_bytes"), names.state_dict_uri)
         return {**result, "skipped": True}

@@ -47,6 +47,8 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
         argv.append("--group-by-length")
     if config.model.chat_template:
         argv.append("--chat-template")
+    if config.inference.engine == "vllm":
+        argv += ["--engine", "vllm", "--vllm-gpu-memory-utilization", str(config.inference.vllm_gpu_memory_utilization)]
     if config.gpu.request == "resource_hint" and config.profile == "gcp":
         from gpuflow.gpu_options import accelerator_hint
 
