@@ -6,6 +6,8 @@
 FROM apache/beam_python${python_version}_sdk:${beam_version}
 
 ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64
+# beam_jobs/ (copied below): the pipeline's pickled functions import llm_models from there.
+ENV PYTHONPATH=/opt/gpuflow/beam_jobs
 ENV PIP_NO_CACHE_DIR=1
 
 COPY worker-requirements.txt /tmp/worker-requirements.txt

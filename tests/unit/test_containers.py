@@ -57,6 +57,7 @@ def test_recipe_metadata_header():
     [
         (lambda t: t.replace("&& pip check", ""), "pip check"),
         (lambda t: t.replace("/usr/local/nvidia/lib64:", ""), "LD_LIBRARY_PATH"),
+        (lambda t: t.replace("ENV PYTHONPATH=/opt/gpuflow/beam_jobs", ""), "PYTHONPATH"),
         (lambda t: t + "\nRUN apt-get install -y nvidia-driver-535\n", "installs a GPU driver"),
         (lambda t: t.replace('ENTRYPOINT ["/opt/apache/beam/boot"]', 'ENTRYPOINT ["python"]'), "entrypoint"),
         (lambda t: t.replace("FROM apache/beam_python3.11_sdk:2.77.0", "FROM python:3.11"), "/opt/apache/beam"),
