@@ -85,3 +85,12 @@ def test_a_bad_configuration_fails_in_preflight_before_anything_exists(dag, loca
     assert states["preflight"] == TaskInstanceState.FAILED
     assert states["setup"] == TaskInstanceState.UPSTREAM_FAILED
     assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}
+
+
+def test_a_decoder_only_model_serves_through_the_streaming_dag(dag, local_config, emulators):
+    """model.name gpuflow-demo-causal (Llama-shaped): exported, launched and asked like the T5."""
+    run = dag.test(run_conf=run_conf(local_config, model__name="gpuflow-demo-causal"))
+    assert run.state == DagRunState.SUCCESS, task_states(run)
+    smoke = run.get_task_instance("smoke_test").xcom_pull(task_ids="smoke_test")
+    assert smoke["answered"] == smoke["sent"] > 0 and all(row["answer"] for row in smoke["answers"])
+    assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}
