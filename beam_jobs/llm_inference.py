@@ -1,6 +1,7 @@
 """LLM inference with Beam RunInference: Pub/Sub in, Pub/Sub out (streaming), or JSONL (batch).
 
-Self-contained on purpose: Dataflow workers run this file without the gpuflow package.
+It needs no gpuflow package: Dataflow workers run it with beam_jobs/llm_models.py (model loading and batched
+generation, without Beam) beside it, on the images' PYTHONPATH.
 
 Streaming::
 

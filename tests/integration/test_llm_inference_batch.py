@@ -171,3 +171,45 @@ def test_model_copies_shared_across_processes_answer_as_generate_alone(tmp_path,
     assert dead_letters == []
     assert {a["id"]: a["response"] for a in answers} == {
         key: reference_generate(prompt, MAX_NEW_TOKENS) for key, prompt in prompts.items()}
+
+
+def test_a_causal_export_writes_the_save_pretrained_folder_vllm_serves(tmp_path, demo_causal_model_dir):
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from tests.helpers import ROOT
+
+    target = tmp_path / "export" / "state_dict.pth"
+    subprocess.run([sys.executable, str(ROOT / "beam_jobs" / "download_model.py"), "local", "--model-name",
+                    str(demo_causal_model_dir), "--state-dict-path", str(target), "--save-pretrained"],
+                   check=True, capture_output=True)
+    folder = tmp_path / "export" / "hf"
+    assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+    marker = json.loads((tmp_path / "export" / "gpuflow_export.json").read_text())
+    assert (marker["architecture"], marker["save_pretrained"]) == ("causal", True)
+    reloaded = AutoModelForCausalLM.from_pretrained(folder)  # what vLLM loads: the weights, in bf16
+    assert next(reloaded.parameters()).dtype.is_floating_point and reloaded.config.model_type == "llama"
+
+
+def test_a_chat_template_formats_each_prompt_as_one_user_message(tmp_path, demo_causal_model_dir):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    model_dir = tmp_path / "chat"
+    shutil.copytree(demo_causal_model_dir, model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.chat_template = ("{% for m in messages %}user: {{ m['content'] }}{% endfor %}"
+                               "{% if add_generation_prompt %} answer:{% endif %}")
+    tokenizer.save_pretrained(model_dir)
+    chatty = llm_inference.ValidatePrompt(str(model_dir), 512, chat_template=True)
+    chatty.setup()
+    plain = llm_inference.ValidatePrompt(str(model_dir), 512)
+    plain.setup()
+    (_, _, tokens), = chatty.process(("p1", "the river"))
+    assert tokens == tokenizer("user: the river answer:")["input_ids"] != next(plain.process(("p1", "the river")))[2]
+    without = llm_inference.ValidatePrompt(str(demo_causal_model_dir), 512, chat_template=True)
+    with pytest.raises(ValueError, match="no chat template. Fix"):
+        without.setup()

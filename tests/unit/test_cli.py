@@ -44,6 +44,13 @@ def test_make_demo_model_writes_a_loadable_model(tmp_path):
     assert tokenizer.pad_token_id == 0 and tokenizer.eos_token_id == 1
 
 
+def test_make_demo_model_writes_a_causal_model_on_request(tmp_path):
+    assert main(["make-demo-model", str(tmp_path / "c"), "--architecture", "causal"]) == 0
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(tmp_path / "c").model_type == "llama"
+
+
 def test_render_dockerfile(tmp_path):
     assert main(["render-dockerfile", "--output", str(tmp_path)]) == 0
     assert (tmp_path / "Dockerfile").exists()
