@@ -44,6 +44,8 @@ from llm_models import (
     model_architecture,
 )
 
+from download_model import SAVE_PRETRAINED_DIR  # where the export's save_pretrained folder lies
+
 log = logging.getLogger("gpuflow.llm_inference")
 
 #: The Pub/Sub message attribute that carries a prompt's id, copied onto its answer.
@@ -141,10 +143,6 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
 
     def get_metrics_namespace(self) -> str:
         return "gpuflow_llm"
-
-
-#: Where the export's save_pretrained folder lies, beside the weights (download_model.py --save-pretrained).
-SAVE_PRETRAINED_DIR = "hf"
 
 
 def make_vllm_handler(args: argparse.Namespace):
@@ -264,7 +262,7 @@ def route_prediction(result: PredictionResult, model: str = ""):
     if isinstance(result.inference, dict):
         yield dead_letter(prompt_id, prompt, result.inference["error"], result.inference["reason"])
         return
-    response, tokens = result.inference if isinstance(result.inference, tuple) else (result.inference, None)
+    response, tokens = result.inference  # GenerateHandler.run_inference: (text, tokens generated)
     yield {"id": prompt_id, "prompt": prompt, "response": response, "model": model,
            "batch_size": int(result.model_id), "response_tokens": tokens}
 

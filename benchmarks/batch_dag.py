@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from inference_throughput import SHAPES, prepare, run_plain_loop  # noqa: E402 - the same model and prompts
 
 
-def dag_batch_command(model_dir: Path, workdir: Path) -> tuple[list[str], Path, Path]:
+def dag_batch_command(model_dir: Path, workdir: Path) -> tuple[list[str], Path, Any]:
     """The command run_batch runs for a date whose input is ``workdir/prompts/2026-03-01/*.jsonl``."""
     from gpuflow.batch_paths import fill_batch_paths, staging_folders
     from gpuflow.config import load_config

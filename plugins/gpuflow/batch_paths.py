@@ -8,8 +8,10 @@ from typing import Any
 
 from gpuflow.config import ConfigError, GpuflowConfig
 
-#: The fields a batch path may name, each filled with the run's Airflow value of that name (dates as text).
-TEMPLATE_FIELDS = ("bucket", "ds", "ds_nodash", "ts_nodash", "data_interval_start", "data_interval_end")
+#: The run's Airflow date fields a batch path may name, each filled with its value as text.
+DATE_FIELDS = ("ds", "ds_nodash", "ts_nodash", "data_interval_start", "data_interval_end")
+#: Every field a batch path may name: the configuration's bucket, and the dates.
+TEMPLATE_FIELDS = ("bucket", *DATE_FIELDS)
 PATH_KEYS = ("input", "output", "dead_letter_output")
 #: The answers folder's marker, written last: its presence says the folder holds one whole run's answers.
 SUCCESS_FILE = "_SUCCESS"
@@ -18,7 +20,7 @@ SUCCESS_FILE = "_SUCCESS"
 def date_fields(context: Any) -> dict[str, str]:
     """The run's date fields for the templates; a run without a logical date has none to fill {ds} with."""
     fields = {}
-    for name in TEMPLATE_FIELDS[1:]:
+    for name in DATE_FIELDS:
         value = context.get(name)
         if value is not None:
             fields[name] = value.isoformat() if hasattr(value, "isoformat") else str(value)

@@ -159,6 +159,8 @@ def test_three_dates_backfilled_then_one_rerun_replaces_its_output_whole(dag, lo
         runs[date] = run
     export = {date: run.get_task_instance("export_model").xcom_pull(task_ids="export_model") for date, run in runs.items()}
     assert [export[date]["skipped"] for date in DATES] == [False, True, True]
+    cleaned = runs[DATES[0]].get_task_instance("cleanup").xcom_pull(task_ids="cleanup")
+    assert (cleaned["deleted_topics"], cleaned["deleted_subscriptions"]) == ([], [])  # a batch run makes no Pub/Sub
     gpu_check = runs[DATES[2]].get_task_instance("verify_gpu").xcom_pull(task_ids="verify_gpu")
     assert gpu_check["skipped"] == "gpu.type none: CPU workers"
 

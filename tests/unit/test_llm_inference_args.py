@@ -31,6 +31,14 @@ def test_output_paths(tmp_path):
     assert llm_inference.output_paths(str(tmp_path))[0] == f"{tmp_path}/responses.jsonl"
 
 
+def test_the_dag_publishes_the_files_the_job_writes():
+    """gpuflow's publish step names the batch job's files without importing the job (no Beam on Airflow's side)."""
+    from gpuflow.steps import batch
+
+    assert (batch.ANSWERS_FILE, batch.DEAD_LETTERS_FILE, batch.SUMMARY_FILE) == (
+        llm_inference.ANSWERS_FILE, llm_inference.DEAD_LETTERS_FILE, llm_inference.SUMMARY_FILE)
+
+
 def test_streaming_batching_crosses_bundles_only_in_streaming():
     args, _ = llm_inference.parse_args([*BASE, "--input", "a", "--output", "b/", "--max-batch-duration-secs", "2"])
     assert "max_batch_duration_secs" not in llm_inference.make_model_handler(args, streaming=False).batch_elements_kwargs()

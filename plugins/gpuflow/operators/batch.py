@@ -67,9 +67,9 @@ class WaitForInputOperator(GpuflowStepOperator):
         files = find_input(config, platform.conn_id)
         if files:
             return {"input": config.batch.input, "files": files}
-        if isinstance(event, dict) and event.get("status") == "error":
+        if event.get("status") == "error":
             raise AirflowException(f"waiting for the input failed: {event.get('message')}")
-        return self._missing(config, event.get("message") if isinstance(event, dict) else "no input")
+        return self._missing(config, event.get("message") or "no input")
 
     @staticmethod
     def _missing(config, why: str) -> None:
@@ -131,10 +131,12 @@ class BatchGpuUsageOperator(GpuUsageCheck):
 
 
 class BatchCleanupOperator(CleanupOperator):
-    """Cleanup, plus the run's staging folders (left by a job or a publish that failed)."""
+    """Cleanup of a batch run: its bucket or prefix (it has no Pub/Sub), and its staging folders (left by a job or a
+    publish that failed)."""
 
     def delete_resources(self, config, names, platform, stopped):
         from gpuflow.steps.batch import discard_staging
+        from gpuflow.steps.cleanup import delete_run_resources
 
-        return {**super().delete_resources(config, names, platform, stopped),
+        return {**delete_run_resources(config, names, platform, stopped, pubsub=False),
                 "staged_files_deleted": discard_staging(config, names, platform.conn_id)}

@@ -24,6 +24,6 @@ def request_stops(names: ResourceNames, platform: Platform, handle: JobHandle | 
 
 
 def delete_run_resources(config: GpuflowConfig, names: ResourceNames, platform: Platform,
-                         stopped: list[str]) -> dict[str, Any]:
-    """Once the jobs have stopped: delete the run's topics, subscriptions and objects."""
-    return {"stopped_jobs": stopped, **delete_resources(config, names, platform.conn_id)}
+                         stopped: list[str], pubsub: bool = True) -> dict[str, Any]:
+    """Once the jobs have stopped: delete the run's topics and subscriptions (``pubsub``) and objects."""
+    return {"stopped_jobs": stopped, **delete_resources(config, names, platform.conn_id, pubsub)}

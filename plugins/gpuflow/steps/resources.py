@@ -74,18 +74,21 @@ def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
             "subscriptions": subscriptions}
 
 
-def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, Any]:
-    """Delete everything the run's names point at; what is already gone is fine."""
-    pubsub, gcs = _hooks(conn_id)
+def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True) -> dict[str, Any]:
+    """Delete everything the run's names point at; what is already gone is fine. ``pubsub=False`` (a batch run,
+    whose setup made none): the bucket or prefix only."""
+    pubsub_hook, gcs = _hooks(conn_id)
+    subscriptions, topics = (list(names.subscriptions), names.topics) if pubsub else ([], [])
     problems: list[str] = []
-    for subscription in names.subscriptions:
+    for subscription in subscriptions:
         try:
-            pubsub.delete_subscription(subscription=subscription, project_id=config.project, fail_if_not_exists=False)
+            pubsub_hook.delete_subscription(subscription=subscription, project_id=config.project,
+                                            fail_if_not_exists=False)
         except Exception as error:  # keep going: one stuck resource must not leak the others
             problems.append(f"subscription {subscription}: {error}")
-    for topic in names.topics:
+    for topic in topics:
         try:
-            pubsub.delete_topic(topic=topic, project_id=config.project, fail_if_not_exists=False)
+            pubsub_hook.delete_topic(topic=topic, project_id=config.project, fail_if_not_exists=False)
         except Exception as error:
             problems.append(f"topic {topic}: {error}")
     try:
@@ -102,7 +105,7 @@ def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) 
     if problems:
         raise RuntimeError("cleanup could not delete: " + "; ".join(problems))
     log.info("deleted the run's subscriptions, topics and %s", "bucket" if names.bucket_is_run_scoped else "prefix")
-    return {"deleted_topics": names.topics, "deleted_subscriptions": list(names.subscriptions),
+    return {"deleted_topics": topics, "deleted_subscriptions": subscriptions,
             "deleted_bucket": names.bucket if names.bucket_is_run_scoped else None}
 
 
