@@ -27,6 +27,7 @@ import base64
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -37,7 +38,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions, 
 from llm_models import (
     ARCHITECTURES,
     LoadedModel,
+    ModelVersion,
     choose_device_and_dtype,
+    list_files,
     load_model,
     load_tokenizer,
     materialize_model_dir,
@@ -50,6 +53,8 @@ log = logging.getLogger("gpuflow.llm_inference")
 
 #: The Pub/Sub message attribute that carries a prompt's id, copied onto its answer.
 ID_ATTRIBUTE = "id"
+#: The answer's attribute that names the model version that produced it.
+MODEL_ATTRIBUTE = "model"
 
 # A prompt element travelling to RunInference: (prompt id, prompt text, token ids).
 PromptElement = tuple[str, str, list[int]]
@@ -63,6 +68,18 @@ def prompt_token_length(element: PromptElement) -> int:
 
 # ------------------------------------------------------------------------------------------
 # Model handler
+
+_REFRESH_LOCK = threading.Lock()
+
+
+def pointer_written_at(uri: str) -> float:
+    """A pointer file's name starts with when it was written (epoch seconds, zero-padded so names sort by time;
+    gpuflow.deployment writes them)."""
+    try:
+        return float(uri.rsplit("/", 1)[-1].split("-", 1)[0])
+    except ValueError:
+        return 0.0
+
 
 
 class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]):
@@ -87,6 +104,9 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         group_by_length: bool = False,
         model_copies: int | None = None,
         architecture: str = "auto",
+        model_version: str = "",
+        refresh_folder: str | None = None,
+        refresh_poll_s: float = 0,
     ):
         batching: dict[str, Any] = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
         if group_by_length:
@@ -105,6 +125,13 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         self.dtype = dtype
         self.require_gpu = require_gpu
         self.architecture = architecture
+        # The version the job starts with; a deployment's rollout may switch it (update_model_path, or polling).
+        self.launch_version = ModelVersion(model_version or model_name, model_name, state_dict_path)
+        self._requested: str | None = None  # the pointer Beam's model refresh handed over last
+        self._serving: ModelVersion | None = None  # the version that loaded last, the fallback of a bad one
+        self.refresh_folder, self.refresh_poll_s = refresh_folder, refresh_poll_s
+        self._launched_at = time.time()  # pointers written before the job started are not rollouts for it
+        self._next_poll, self._tried_pointers = 0.0, set()
         if model_copies:
             # Beam loads this many copies per worker and shares them across its SDK processes.
             self._share_across_processes, self._model_copies = True, model_copies
@@ -112,17 +139,60 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
     def batch_elements_kwargs(self) -> dict[str, Any]:
         return dict(self._batching)
 
+    def update_model_path(self, model_path: str | None = None) -> None:
+        """Beam's automatic model refresh: the newest pointer file the WatchFilePattern side input saw (``''``
+        before any was written after the job started: keep the launch version)."""
+        if model_path:
+            self._requested = model_path
+
     def load_model(self) -> LoadedModel:
+        """The requested version; if it cannot load, the version served before it (the job keeps answering,
+        with the old version's id, and the rollout's smoke test sees that the new one never took over)."""
+        wanted = ModelVersion.from_pointer(self._requested) if self._requested else self.launch_version
+        try:
+            loaded = self._load_version(wanted)
+        except Exception as error:
+            if self._serving is None or self._serving.version == wanted.version:
+                raise
+            log.error("gpuflow: model version %s failed to load (%s: %s); keeping version %s", wanted.version,
+                      type(error).__name__, error, self._serving.version)
+            return self._load_version(self._serving)
+        self._serving = wanted
+        return loaded
+
+    def _load_version(self, version: ModelVersion) -> LoadedModel:
         started = time.monotonic()
         device, dtype = choose_device_and_dtype(self.dtype, self.require_gpu)
-        model_dir = materialize_model_dir(self.model_name)
+        model_dir = materialize_model_dir(version.model_dir)
         architecture = model_architecture(model_dir, self.architecture)
-        model = load_model(model_dir, self.state_dict_path, device, dtype, architecture)
+        model = load_model(model_dir, version.state_dict_path, device, dtype, architecture)
         log.info(
-            "gpuflow: model loaded (%s) on %s in %s from %s in %.1fs", architecture, device, dtype,
-            self.state_dict_path, time.monotonic() - started,
+            "gpuflow: model loaded (%s) on %s in %s from %s in %.1fs, version %s", architecture, device, dtype,
+            version.state_dict_path, time.monotonic() - started, version.version,
         )
-        return LoadedModel(model, load_tokenizer(model_dir), device, architecture)
+        loaded = LoadedModel(model, load_tokenizer(model_dir), device, architecture, version.version)
+        loaded.source = version
+        return loaded
+
+    def _polled(self, loaded: LoadedModel) -> None:
+        """``refresh_poll_s``: the local profile's stand-in for the side input (Beam's legacy DirectRunner can run
+        neither WatchFilePattern's splittable DoFn nor a global-window side input in streaming). Every
+        ``refresh_poll_s`` it reads the same pointer folder, and switches the shared model in place when a pointer
+        newer than the job appeared: the same ``update_model_path`` and ``load_model`` as on Dataflow."""
+        if not self.refresh_poll_s or time.monotonic() < self._next_poll:
+            return
+        self._next_poll = time.monotonic() + self.refresh_poll_s
+        with _REFRESH_LOCK:
+            newest = next(reversed([p for p in list_files(self.refresh_folder, ".json")
+                                    if pointer_written_at(p) > self._launched_at]), None)
+            if newest is None or newest in self._tried_pointers or newest == getattr(loaded, "pointer", None):
+                return
+            self._tried_pointers.add(newest)
+            self._serving = loaded.source  # this DoFn's handler may not be the one that loaded the shared model
+            self.update_model_path(newest)
+            replacement = self.load_model()
+            replacement.pointer = newest
+            loaded.__dict__.update(replacement.__dict__)  # the shared model object, switched for every thread
 
     def _generate(self, loaded: LoadedModel, token_lists: Sequence[list[int]]) -> list[tuple[str, int]]:
         return loaded.generate_counted(token_lists, self.max_new_tokens)
@@ -130,6 +200,7 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
     def run_inference(
         self, batch: Sequence[PromptElement], model: LoadedModel, inference_args: dict[str, Any] | None = None
     ) -> Iterable[PredictionResult]:
+        self._polled(model)
         try:
             answers: list[Any] = self._generate(model, [tokens for _, _, tokens in batch])
         except Exception as batch_error:  # retry one by one so one bad prompt cannot sink its batch
@@ -139,7 +210,11 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
             else:
                 log.warning("gpuflow: batch of %d failed (%s); retrying prompts one by one", len(batch), batch_error)
                 answers = [next(iter(self.run_inference([element], model))).inference for element in batch]
-        return [PredictionResult(element, answer, model_id=str(len(batch))) for element, answer in zip(batch, answers, strict=True)]
+        # model_id: the model version that answered (each answer carries it); the inference: (text, tokens
+        # generated, batch size), or an error.
+        return [PredictionResult(element, answer if isinstance(answer, dict) else (*answer, len(batch)),
+                                 model_id=model.version)
+                for element, answer in zip(batch, answers, strict=True)]
 
     def get_metrics_namespace(self) -> str:
         return "gpuflow_llm"
@@ -256,15 +331,16 @@ def dead_letter(prompt_id: str | None, payload: Any, error: str, reason: str) ->
     return beam.pvalue.TaggedOutput(ValidatePrompt.DEAD_LETTER, letter)
 
 
-def route_prediction(result: PredictionResult, model: str = ""):
-    """Answers to the main output (with the model that gave them); per-prompt failures to the dead-letter output."""
+def route_prediction(result: PredictionResult):
+    """Answers to the main output (with the model version that gave them); per-prompt failures to the dead-letter
+    output."""
     prompt_id, prompt, _ = result.example
     if isinstance(result.inference, dict):
         yield dead_letter(prompt_id, prompt, result.inference["error"], result.inference["reason"])
         return
-    response, tokens = result.inference  # GenerateHandler.run_inference: (text, tokens generated)
-    yield {"id": prompt_id, "prompt": prompt, "response": response, "model": model,
-           "batch_size": int(result.model_id), "response_tokens": tokens}
+    response, tokens, batch_size = result.inference  # GenerateHandler.run_inference
+    yield {"id": prompt_id, "prompt": prompt, "response": response, "model": result.model_id,
+           "batch_size": batch_size, "response_tokens": tokens}
 
 
 def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:
@@ -330,7 +406,8 @@ def pubsub_to_record(message) -> tuple[str, bytes]:
 def answer_to_pubsub(answer: dict[str, Any]):
     from apache_beam.io.gcp.pubsub import PubsubMessage
 
-    attributes = {ID_ATTRIBUTE: answer["id"] or "", "batch_size": str(answer["batch_size"])}
+    attributes = {ID_ATTRIBUTE: answer["id"] or "", "batch_size": str(answer["batch_size"]),
+                  MODEL_ATTRIBUTE: answer["model"]}
     return PubsubMessage(answer["response"].encode("utf-8"), attributes)
 
 
@@ -378,7 +455,15 @@ def build_arg_parser() -> argparse.ArgumentParser:
            help="Beam's accelerator resource hint for the RunInference step alone (right fitting)")
     option("group-by-length", type=flag, nargs="?", const=True, default=False,
            help="batch prompts of similar token length together (less padding)")
-    option("model-label", default=None, help="the model named in each answer (default: --model-name)")
+    option("model-label", default=None, help="the model's name (default: --model-name)")
+    option("model-version", default=None,
+           help="the version id each answer carries (default: the label); a deployment's versions are its own")
+    option("model-refresh-folder", default=None,
+           help="streaming: the folder of version pointers to watch; a new one switches the model without a restart")
+    option("model-refresh", choices=("side_input", "poll"), default="side_input",
+           help="side_input: RunInference's model_metadata_pcoll from WatchFilePattern (Dataflow); poll: the handler "
+                "reads the folder itself (the local DirectRunner, which cannot run that side input)")
+    option("model-refresh-interval-s", type=float, default=60, help="how often the pointer folder is read")
     option("architecture", choices=ARCHITECTURES, default="auto",
            help="seq2seq or causal (decoder-only); auto reads the model's config")
     option("engine", choices=("transformers", "vllm"), default="transformers",
@@ -473,7 +558,23 @@ def make_model_handler(args: argparse.Namespace, streaming: bool) -> GenerateHan
         group_by_length=args.group_by_length,
         model_copies=args.model_copies,
         architecture=args.architecture,
+        model_version=args.model_version or args.model_label or args.model_name,
+        refresh_folder=args.model_refresh_folder if streaming else None,
+        refresh_poll_s=args.model_refresh_interval_s if streaming and args.model_refresh_folder
+        and args.model_refresh == "poll" else 0,
     )
+
+
+def model_versions(pipeline: beam.Pipeline, args: argparse.Namespace, streaming: bool):
+    """Beam's automatic model refresh: WatchFilePattern on the deployment's pointer folder, as RunInference's
+    model metadata side input (each new pointer goes to the handler's ``update_model_path``). None without a
+    folder, or where the handler polls it instead (``--model-refresh poll``)."""
+    if not (streaming and args.model_refresh_folder and args.model_refresh == "side_input"):
+        return None
+    from apache_beam.ml.inference.utils import WatchFilePattern
+
+    return pipeline | "WatchModelVersions" >> WatchFilePattern(
+        args.model_refresh_folder.rstrip("/") + "/*.json", interval=args.model_refresh_interval_s)
 
 
 def build_pipeline(
@@ -509,11 +610,12 @@ def build_pipeline(
         inputs = validated.prompts | "ToKeyedText" >> beam.Map(lambda element: (element[0], element[1]))
         run_inference = RunInference(model_handler or make_vllm_handler(args),
                                      inference_args=vllm_inference_args(args)).with_exception_handling()
-        route = beam.FlatMap(route_completion, model=model_label)
+        route = beam.FlatMap(route_completion, model=args.model_version or model_label)
     else:
         inputs = validated.prompts
-        run_inference = RunInference(handler).with_exception_handling()
-        route = beam.FlatMap(route_prediction, model=model_label)
+        run_inference = RunInference(handler, model_metadata_pcoll=model_versions(pipeline, args, streaming)
+                                     ).with_exception_handling()
+        route = beam.FlatMap(route_prediction)
     if args.accelerator_hint:
         # Right fitting: only this step asks for the GPU; reading, validating and writing run on CPU workers.
         run_inference = run_inference.with_resource_hints(accelerator=args.accelerator_hint)

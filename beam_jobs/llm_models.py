@@ -59,6 +59,46 @@ def load_tokenizer(model_dir: str):
     return tokenizer
 
 
+def read_text(uri: str) -> str:
+    """A small file's text, local or gs://."""
+    if uri.startswith("gs://"):
+        bucket, name = _gcs_bucket_and_name(uri)
+        return bucket.blob(name).download_as_text()
+    with open(uri, encoding="utf-8") as file:
+        return file.read()
+
+
+def list_files(folder: str, suffix: str) -> list[str]:
+    """The files directly in ``folder`` (local or gs://) whose names end in ``suffix``, sorted by name."""
+    if folder.startswith("gs://"):
+        bucket, prefix = _gcs_bucket_and_name(folder.rstrip("/") + "/")
+        scheme = f"gs://{bucket.name}/"
+        return sorted(scheme + blob.name for blob in bucket.list_blobs(prefix=prefix, delimiter="/")
+                      if blob.name.endswith(suffix))
+    if not os.path.isdir(folder):
+        return []
+    return sorted(os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(suffix))
+
+
+class ModelVersion:
+    """One version of a served model: its folder (config, tokenizer), its weights and its id, the id each answer
+    carries. A deployment's rollout writes a *pointer* (a small JSON file of these three) into the folder that
+    RunInference watches, so that switching versions, or back, is writing one new file."""
+
+    def __init__(self, version: str, model_dir: str, state_dict_path: str):
+        self.version, self.model_dir, self.state_dict_path = version, model_dir, state_dict_path
+
+    @classmethod
+    def from_pointer(cls, uri: str) -> "ModelVersion":
+        import json
+
+        pointer = json.loads(read_text(uri))
+        return cls(pointer["version"], pointer["model_dir"], pointer["state_dict_path"])
+
+    def __repr__(self) -> str:
+        return f"ModelVersion({self.version!r})"
+
+
 def _open_state_dict(path: str, device: str):
     import torch
 
@@ -154,8 +194,9 @@ class LoadedModel:
     begins, and the answer is the new tokens alone, never the echoed prompt.
     """
 
-    def __init__(self, model, tokenizer, device: str, architecture: str = "seq2seq"):
+    def __init__(self, model, tokenizer, device: str, architecture: str = "seq2seq", version: str = ""):
         self.model, self.tokenizer, self.device, self.architecture = model, tokenizer, device, architecture
+        self.version = version  # the model version id each answer carries
 
     def generate(self, token_lists: Sequence[list[int]], max_new_tokens: int) -> list[str]:
         """Greedy answers for a batch, padded with an attention mask, in one ``generate`` call."""

@@ -1,6 +1,12 @@
 """llm_streaming_inference: from model weights to a streaming RunInference pipeline that answers prompts.
 
-preflight -> check_quota -> setup -> export_model -> build_container -> verify_gpu -> launch -> smoke_test -> cleanup
+preflight -> check_quota -> setup -> export_model -> build_container -> verify_gpu -> launch -> smoke_test -> promote
+-> cleanup
+
+deployment.mode ephemeral (the default): the run proves the pipeline and deletes everything it made.
+deployment.mode persistent: the run rolls its model version out to a lasting deployment (preflight says which
+path: the weights alone, an update in place, or a replacement job), promote records it, and cleanup deletes only
+what the run made for itself; a version that fails the smoke test is rolled back. llm_streaming_teardown stops it.
 
 setup and launch are Airflow setup tasks and cleanup is their teardown: once anything was created,
 cleanup runs even when a later task fails, and the run still ends failed. The tasks that wait on Google (or on the
@@ -13,6 +19,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from gpuflow.operators.base import GPU_POOL
+from gpuflow.operators.deployment import PromoteOperator
 from gpuflow.operators.streaming import (
     STATE_DICT_ASSET,
     BuildContainerOperator,
@@ -50,9 +57,11 @@ with DAG(
     launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=build_container.output, retries=0,
                                     pool=GPU_POOL)
     smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config, launch_task_id="launch")
+    promote = PromoteOperator(task_id="promote", config_json=config, image=build_container.output, retries=0)
     cleanup = CleanupOperator(task_id="cleanup", config_json=config, launch_task_id="launch")
 
-    preflight >> check_quota >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test >> cleanup
+    (preflight >> check_quota >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test
+     >> promote >> cleanup)
     cleanup.as_teardown(setups=[setup, launch])
 
 attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each

@@ -345,6 +345,42 @@ class BatchConfig(_Section):
         return value if value.endswith("/") else value + "/"
 
 
+class DeploymentConfig(_Section):
+    """llm_streaming_inference: ``ephemeral`` builds, proves and tears down (the tutorial's shape); ``persistent``
+    leaves a serving deployment behind, and each later run rolls a new model version or job out to it."""
+
+    mode: Literal["ephemeral", "persistent"] = Field("ephemeral", description=(
+        "ephemeral: the run deletes everything it made. persistent: the deployment's topics, subscription, model "
+        "folder and job keep serving after the run (stop it with the llm_streaming_teardown DAG)."))
+    name: str | None = Field(None, description=(
+        "The deployment's name (lowercase letters, digits, hyphens; up to 24). Empty: from the DAG id."))
+    refresh_interval_s: float = Field(60, gt=0, description=(
+        "How often the job looks for a new model version (RunInference's model refresh: WatchFilePattern's "
+        "interval on Dataflow)."))
+    rollout_timeout_s: float = Field(900, gt=0, description=(
+        "How long the smoke test waits for answers from the new version before it rolls back."))
+    transform_name_mapping: dict[str, str] = Field(default_factory=dict, description=(
+        "gcp update in place: old transform name -> new, for transforms renamed since the running job started."))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,22}[a-z0-9]", value):
+            raise ValueError("must be 2-24 lowercase letters, digits or hyphens, starting with a letter and not "
+                             "ending with a hyphen (it prefixes topic and Dataflow job names)")
+        return value
+
+
+class JanitorConfig(_Section):
+    """gpuflow_janitor: deletes what no running DAG run and no recorded deployment owns."""
+
+    dry_run: bool = Field(False, description="List what would be deleted, and delete nothing.")
+    min_age_s: float = Field(3600, ge=0, description=(
+        "Leave alone what is younger than this and has no run record yet (a run that is just starting)."))
+
+
 #: Fields whose shape a regular expression checks: field -> (pattern, what the message says).
 _FIELD_PATTERNS = {
     "project": (
@@ -391,6 +427,8 @@ class GpuflowConfig(_Section):
     smoke_test: SmokeTestConfig = SmokeTestConfig()
     local: LocalConfig = LocalConfig()
     batch: BatchConfig = BatchConfig()
+    deployment: DeploymentConfig = DeploymentConfig()
+    janitor: JanitorConfig = JanitorConfig()
     dataproc: DataprocConfig | None = Field(None, description="A Dataproc Serverless GPU batch (optional).")
 
     @property

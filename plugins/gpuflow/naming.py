@@ -1,7 +1,10 @@
-"""Run-scoped resource names.
+"""Run-scoped and deployment-scoped resource names.
 
 Every name derives from the DAG id and run id only, so a retried task finds the
 resources an earlier try created, and two runs never share a topic or bucket.
+A persistent deployment's serving resources (``deployment.mode: persistent``) derive from its name instead:
+they outlive the run, and the next run finds them. Run names start ``gf-``, deployment names ``gfd-``: the janitor
+knows gpuflow's resources by these prefixes (and the labels of the same names).
 """
 
 from __future__ import annotations
@@ -32,6 +35,28 @@ class ResourceNames(BaseModel):
     dead_letter_subscription: str
     job_name: str
     model_dir_uri: str  # the exported model: under the run's prefix, or export.model_dir (kept across runs)
+    deployment: str | None = None  # persistent mode: the deployment whose topics and job the run serves on
+    job_prefix: str = ""  # what the run's streaming job name starts with (the run prefix, or the deployment's)
+
+    @property
+    def run_topics(self) -> list[str]:
+        """The topics the run creates and deletes: all of them, or none when a deployment owns them."""
+        return [] if self.deployment else self.topics
+
+    @property
+    def run_subscriptions(self) -> dict[str, str]:
+        """The subscriptions the run creates and deletes (a deployment's run: its smoke test's own two)."""
+        if not self.deployment:
+            return self.subscriptions
+        return {self.responses_subscription: self.responses_topic,
+                self.dead_letter_subscription: self.dead_letter_topic}
+
+    @property
+    def model_version(self) -> str:
+        """The id each answer of the model exported by this run carries."""
+        return f"{self.model_label}@{self.prefix}"
+
+    model_label: str = ""
 
     @property
     def topics(self) -> list[str]:
@@ -54,7 +79,54 @@ class ResourceNames(BaseModel):
         return f"{self.model_dir_uri}/state_dict.pth"
 
 
+#: The deployment of llm_streaming_inference when deployment.name is empty (its DAG id, as a name).
+DEFAULT_DEPLOYMENT = "llm-streaming-inference"
+
+
+def deployment_name(config: GpuflowConfig) -> str:
+    return config.deployment.name or DEFAULT_DEPLOYMENT
+
+
+def deployment_prefix(name: str) -> str:
+    return f"gfd-{name}"
+
+
+def deployment_folder(config: GpuflowConfig, name: str | None = None) -> str:
+    """gs:// folder of a deployment's model versions, pointers and record."""
+    return f"gs://{config.bucket}/gpuflow/deployments/{name or deployment_name(config)}"
+
+
+def pointer_folder(config: GpuflowConfig, name: str) -> str:
+    """The folder of model version pointers that a deployment's job watches (RunInference's model refresh)."""
+    return f"{deployment_folder(config, name)}/live"
+
+
 def resource_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
+    names = _run_names(config, prefix)
+    if config.deployment.mode != "persistent":
+        return names
+    name = deployment_name(config)
+    serving, pubsub = deployment_prefix(name), config.pubsub
+    # The local DirectRunner acknowledges prompts as it pulls them and cannot drain, so on the local profile each
+    # job reads a subscription of its own on the deployment's prompts topic (a replacement overlaps the old job
+    # on its own subscription instead: a prompt may be answered twice, never lost). Dataflow drains: one
+    # subscription serves every job of the deployment, as the rollout page describes.
+    job_subscription = f"{serving}-{pubsub.prompts_subscription}"
+    if config.profile == "local":
+        job_subscription += "-" + prefix.removeprefix("gf-")
+    return names.model_copy(update={
+        "deployment": name,
+        "prompts_topic": f"{serving}-{pubsub.prompts_topic}",
+        "prompts_subscription": job_subscription,
+        "responses_topic": f"{serving}-{pubsub.responses_topic}",
+        "dead_letter_topic": f"{serving}-{pubsub.dead_letter_topic}",
+        "job_prefix": f"{serving}-{prefix.removeprefix('gf-')}",
+        "job_name": f"{serving}-{prefix.removeprefix('gf-')}-llm-inference",
+        "model_dir_uri": f"{deployment_folder(config, name)}/versions/{prefix}",
+    })
+
+
+def _run_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
     pubsub = config.pubsub
     if config.bucket:
         bucket, run_scoped = config.bucket, False
@@ -73,4 +145,6 @@ def resource_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
         dead_letter_subscription=f"{prefix}-{pubsub.dead_letter_subscription}",
         job_name=f"{prefix}-llm-inference",
         model_dir_uri=config.export.model_dir or f"gs://{bucket}/gpuflow/{prefix}/model",
+        job_prefix=prefix,
+        model_label=config.model.name,
     )

@@ -50,8 +50,13 @@ def timeouts_s(get: Lookup, spare_fallbacks: int = 0) -> dict[str, float]:
         "build_container": float(get("container.build_timeout_s")) + MARGIN_S,
         "verify_gpu": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
         "launch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
-        "smoke_test": float(get("smoke_test.timeout_s")) + float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
+        "smoke_test": max(float(get("smoke_test.timeout_s")), float(get("deployment.rollout_timeout_s")))
+        + float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
+        "promote": float(get("dataflow.stop_timeout_s")) + MARGIN_S,  # the replaced job's drain
         "cleanup": (_regions(get) + spare_fallbacks) * float(get("dataflow.stop_timeout_s")) + MARGIN_S,
+        # llm_streaming_teardown and gpuflow_janitor: their jobs' stops
+        "teardown": float(get("dataflow.stop_timeout_s")) + MARGIN_S,
+        "janitor": (_regions(get) + spare_fallbacks) * float(get("dataflow.stop_timeout_s")) + MARGIN_S,
         # llm_batch_inference (besides the tasks named above): the input's wait, the job's start and its run
         "wait_for_input": float(get("batch.input_wait_s")) + MARGIN_S,
         "run_batch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S)

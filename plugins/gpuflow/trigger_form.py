@@ -55,6 +55,9 @@ LABELS = {
     "dataproc.executor_instances": "Executors",
     "batch.input": "Input (JSONL glob)",
     "batch.output": "Answers folder",
+    "deployment.mode": "Deployment mode",
+    "deployment.name": "Deployment name",
+    "janitor.dry_run": "Dry run (list, delete nothing)",
     "gcp_conn_id": "Google Cloud connection",
 }
 
@@ -87,6 +90,8 @@ SECTIONS = {
         Section("Pub/Sub", "pubsub_settings", ("pubsub.",)),
         Section("Local profile", "local_settings", ("local.",)),
         Section("Dataproc batch", "dataproc_settings", ("dataproc.",)),
+        Section("Deployment", "deployment_settings", ("deployment.",)),
+        Section("Janitor", "janitor_settings", ("janitor.",)),
         # batch.schedule and batch.catchup are the DAG's own, read when it is parsed: no run can change them.
         Section("Batch", "batch_settings", ("batch.input", "batch.output", "batch.dead_letter_output",
                                             "batch.missing_input", "batch.input_wait_s",
@@ -105,10 +110,18 @@ class FormLayout:
 LAYOUTS = {
     "llm_streaming_inference": FormLayout(
         "configs/local.yaml",
-        ("profile", "project", "region", "bucket", "model.name", "gpu.type", "gpu.count", "gpu.machine_type",
-         "model.max_new_tokens"),
-        ("Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching", "Smoke test", "Pub/Sub",
-         "Local profile"),
+        ("profile", "project", "region", "bucket", "deployment.mode", "deployment.name", "model.name", "gpu.type",
+         "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
+        ("Deployment", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching", "Smoke test",
+         "Pub/Sub", "Local profile"),
+    ),
+    "llm_streaming_teardown": FormLayout(
+        "configs/local.yaml", ("profile", "project", "region", "bucket", "deployment.name"),
+        ("Dataflow workers", "Pub/Sub", "Local profile"),
+    ),
+    "gpuflow_janitor": FormLayout(
+        "configs/local.yaml", ("profile", "project", "region", "bucket", "janitor.dry_run"),
+        ("Janitor", "Local profile"),
     ),
     "llm_batch_inference": FormLayout(
         "configs/local.yaml",

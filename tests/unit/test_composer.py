@@ -66,7 +66,8 @@ print(json.dumps({{"package": gpuflow.__file__, "errors": {{k: str(v) for k, v i
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["package"].startswith(str(gcs / "plugins" / "gpuflow"))
     assert found["errors"] == {}
-    assert found["dags"] == ["dataproc_gpu_batch", "gpu_quota_report", "llm_batch_inference", "llm_streaming_inference"]
+    assert found["dags"] == ["dataproc_gpu_batch", "gpu_quota_report", "gpuflow_janitor", "llm_batch_inference",
+                             "llm_streaming_inference", "llm_streaming_teardown"]
     assert (found["beam_jobs"], found["recipes"]) == (str(gcs / "data" / "beam_jobs"), str(gcs / "data" / "docker"))
     assert found["profile"] == "gcp"  # configs/ was found under data/
     assert (tmp_path / "context" / "Dockerfile").exists()

@@ -28,7 +28,8 @@ def test_dagbag_loads_without_import_errors():
     assert bag.import_errors == {}
     dag = bag.dags["llm_streaming_inference"]
     assert [t.task_id for t in dag.topological_sort()] == [
-        "preflight", "check_quota", "setup", "export_model", "build_container", "verify_gpu", "launch", "smoke_test", "cleanup",
+        "preflight", "check_quota", "setup", "export_model", "build_container", "verify_gpu", "launch", "smoke_test",
+        "promote", "cleanup",
     ]
     assert dag.get_task("cleanup").is_teardown
     assert dag.get_task("setup").is_setup and dag.get_task("launch").is_setup
@@ -47,6 +48,12 @@ def test_dagbag_loads_without_import_errors():
         "run_batch", "publish", "check_gpu_usage", "cleanup"]
     assert batch.get_task("cleanup").is_teardown and batch.get_task("run_batch").is_setup
     assert {"batch__input", "batch__output", "batch_settings"} <= set(batch.params)
+    assert {"deployment__mode", "deployment__name", "deployment_settings"} <= set(dag.params)
+    assert [t.task_id for t in bag.dags["llm_streaming_teardown"].topological_sort()] == ["preflight", "teardown"]
+    janitor = bag.dags["gpuflow_janitor"]
+    assert [t.task_id for t in janitor.topological_sort()] == ["preflight", "janitor"]
+    assert {"deployment__name"} <= set(bag.dags["llm_streaming_teardown"].params)
+    assert {"janitor__dry_run", "janitor_settings"} <= set(janitor.params)
     assert "batch.schedule" not in batch.params["batch_settings"]  # the DAG's own, read when parsed
     assert batch.timetable.expression == "0 0 * * *" and batch.catchup is False  # @daily
     assert type(batch.timetable).__name__ == "CronDataIntervalTimetable"  # ds: the day that has just ended

@@ -63,6 +63,20 @@ def names_for(context: Any, config):
     return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
 
 
+#: The XCom (of the preflight task) that carries a persistent deployment's rollout plan.
+ROLLOUT_KEY = "gpuflow_rollout"
+
+
+def rollout_plan(context: Any):
+    """This run's rollout plan (``gpuflow.rollout.RolloutPlan``), or None when the run is ephemeral."""
+    pushed = context["ti"].xcom_pull(task_ids="preflight", key=ROLLOUT_KEY)
+    if not pushed:
+        return None
+    from gpuflow.rollout import RolloutPlan
+
+    return RolloutPlan.model_validate(pushed)
+
+
 #: The XCom that carries a deferred step's state (its job handle and what ``defer_on`` was given) to ``resume``.
 RESUME_KEY = "gpuflow_resume"
 

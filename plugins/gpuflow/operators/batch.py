@@ -35,6 +35,8 @@ class BatchPreflightOperator(PreflightOperator):
         from gpuflow.batch_paths import date_fields, fill_batch_paths
         from gpuflow.config import ConfigError
 
+        # A batch run is its own: deployment.mode (the streaming DAG's) does not apply to it.
+        config = config.model_copy(update={"deployment": config.deployment.model_copy(update={"mode": "ephemeral"})})
         try:
             return fill_batch_paths(config, date_fields(context))
         except ConfigError as error:
@@ -86,7 +88,8 @@ class BatchSetupOperator(SetupResourcesOperator):
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
 
-        return create_resources(config, names, platform.conn_id, pubsub=False)
+        return create_resources(config, names, platform.conn_id, pubsub=False,
+                                lease=(context["dag"].dag_id, context["run_id"]))
 
 
 class RunBatchOperator(LaunchPipelineOperator):

@@ -10,10 +10,12 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from gpuflow.operators.base import (
+    ROLLOUT_KEY,
     GpuflowStepOperator,
     config_from_params,
     event_succeeded,
     names_for,
+    rollout_plan,
     validated_config,
 )
 from gpuflow.operators.links import CloudBuildLink, DataflowJobLink, VertexAIJobLink
@@ -39,8 +41,21 @@ class PreflightOperator(BaseOperator):
             from gpuflow.platform import get_platform
 
             zones_offering = get_platform(config).zones_offering
-        return validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}",
-                                zones_offering)
+        result = validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}",
+                                  zones_offering)
+        if self.workflow == "inference" and config.deployment.mode == "persistent":
+            context["ti"].xcom_push(key=ROLLOUT_KEY, value=self._plan(config, context).model_dump(mode="json"))
+        return result
+
+    @staticmethod
+    def _plan(config, context: Any):
+        """A persistent deployment: which rollout path this run takes, and why (logged)."""
+        from gpuflow.platform import get_platform
+        from gpuflow.steps.deployment import plan
+
+        platform = get_platform(config)
+        with platform.environment():
+            return plan(config, names_for(context, config), platform)
 
     def for_this_run(self, config, context: Any):
         """What the run's own context fills in (the batch DAG: its dates in the paths)."""
@@ -51,7 +66,10 @@ class SetupResourcesOperator(GpuflowStepOperator):
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
 
-        return create_resources(config, names, platform.conn_id)
+        rollout = rollout_plan(context)
+        return create_resources(config, names, platform.conn_id,
+                                job_subscription=rollout is None or rollout.path != "weights",
+                                lease=(context["dag"].dag_id, context["run_id"]))
 
 
 class QuotaCheckOperator(GpuflowStepOperator):
@@ -62,6 +80,10 @@ class QuotaCheckOperator(GpuflowStepOperator):
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.quota import QuotaTooLow, check_quota
 
+        rollout = rollout_plan(context)
+        if rollout is not None and rollout.path == "weights":
+            log.info("only the weights change: the running job needs no new workers, so no quota")
+            return {"skipped": "weights only: no new workers"}
         try:
             return check_quota(config, platform)
         except QuotaTooLow as error:
@@ -137,6 +159,10 @@ class VerifyGpuOperator(GpuflowStepOperator):
         if not config.uses_gpu:
             log.info("gpu.type none: the workers run on CPU, so there is no GPU to check")
             return {"gpu_found": False, "skipped": "gpu.type none: CPU workers"}
+        rollout = rollout_plan(context)
+        if rollout is not None and rollout.path == "weights":
+            log.info("only the weights change: the running job's workers were checked when it started")
+            return {"gpu_found": None, "skipped": "weights only: the running job keeps its workers"}
         handle = platform.start_gpu_check(names, _image_of(self.image))
         self.remember_job(platform, handle)
         self.defer_on(context, config, platform, handle, "done")
@@ -164,7 +190,23 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     batch = False  # the batch DAG's run_batch: a batch job, waited for until it is done
 
     def run_step(self, config, names, platform, context):
+        rollout = None if self.batch else rollout_plan(context)
+        if rollout is not None and rollout.path in ("weights", "update"):
+            return self._roll_out(config, names, platform, context, rollout)
         return self._start(config, names, context, after=0, failures=[])
+
+    def _roll_out(self, config, names, platform, context, rollout):
+        """A deployment's weights (the running job switches versions) or update (Dataflow replaces it in place)."""
+        from gpuflow.steps.deployment import roll_out_weights, update_in_place
+
+        if rollout.path == "weights":
+            handle = roll_out_weights(config, names, platform, rollout)
+            context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+            return handle.to_xcom()
+        handle = update_in_place(config, names, platform, _image_of(self.image), rollout)
+        self.remember_job(platform, handle)
+        context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+        self.defer_on(context, config, platform, handle, "running", placement=1, failures=[], started=time.time())
 
     def _start(self, config, names, context, after: int, failures: list[str]):
         from gpuflow.platform import get_platform
@@ -245,21 +287,32 @@ class SmokeTestOperator(GpuUsageCheck):
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.smoke import smoke_test
 
-        result = smoke_test(config, names, platform.conn_id)
+        rollout = rollout_plan(context)
+        result = smoke_test(config, names, platform.conn_id,
+                            expect_version=names.model_version if rollout is not None else None)
         return self.check_usage(context, config, platform, _pushed_handle(context, self.launch_task_id),
                                 result["window"], result)
 
 
 class CleanupOperator(GpuflowStepOperator):
     """Stops the run's jobs (by handle, and by the run's prefix), deferring while Dataflow stops them, then deletes
-    the run's resources."""
+    the run's resources. A persistent deployment's run first rolls back what it did not promote, and never stops
+    the job the deployment serves on, nor deletes its topics, subscription or model."""
 
     ui_color = "#f8d7da"
 
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.cleanup import request_stops
 
-        stopping = request_stops(names, platform, _pushed_handle(context, self.launch_task_id))
+        pushed, keep = _pushed_handle(context, self.launch_task_id), None
+        if names.deployment and (rollout := rollout_plan(context)) is not None:
+            from gpuflow.platform.records import Records
+            from gpuflow.steps.deployment import roll_back
+
+            roll_back(config, names, platform, rollout, pushed, context["run_id"])
+            serving = Records(config, platform.conn_id).read(names.deployment)
+            keep = serving.job["id"] if serving else None
+        stopping = request_stops(names, platform, pushed, keep=keep)
         return self._next(context, config, names, platform, [h.to_xcom() for h in stopping], [])
 
     def _next(self, context, config, names, platform, stopping: list[dict], stopped: list[str]):
@@ -277,7 +330,12 @@ class CleanupOperator(GpuflowStepOperator):
         """Once the run's jobs have stopped: what else of the run goes."""
         from gpuflow.steps.cleanup import delete_run_resources
 
-        return delete_run_resources(config, names, platform, stopped)
+        serving = None
+        if names.deployment:
+            from gpuflow.platform.records import Records
+
+            serving = Records(config, platform.conn_id).read(names.deployment)
+        return delete_run_resources(config, names, platform, stopped, serving=serving)
 
     def resume_step(self, config, names, platform, context, event, handle, stopping, stopped):
         log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "%s", event.get("message"))

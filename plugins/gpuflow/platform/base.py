@@ -72,11 +72,22 @@ class Platform(Protocol):
     def job_timeout_s(self, until: str) -> float:
         """How long a job of this profile may take to reach ``until`` (running, done or stopped)."""
 
-    def request_stop(self, handle: JobHandle) -> bool:
-        """Ask the job to stop (cancel or drain) without waiting; True if it was still running."""
+    def request_stop(self, handle: JobHandle, drain: bool | None = None) -> bool:
+        """Ask the job to stop without waiting (``drain``: finish what it holds; None: dataflow.stop_action);
+        True if it was still running."""
+
+    def job_running(self, handle: JobHandle) -> bool:
+        """The job still runs (a deployment's recorded job, before a rollout plans around it)."""
+
+    def update_pipeline(self, argv: list[str], names: ResourceNames, image: str, job_name: str,
+                        transform_name_mapping: dict[str, str]) -> JobHandle:
+        """Replace the running streaming job ``job_name`` in place (Dataflow's update); gcp only."""
 
     def stop_pipeline(self, handle: JobHandle) -> bool:
         """Stop the job and wait (bounded) until it has; True if it was still running."""
+
+    def find_gpuflow_jobs(self) -> list[JobHandle]:
+        """Every running gpuflow job of the project (the janitor's view), named by its run or deployment."""
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Jobs of this run found without a handle (for cleanup after a failed launch)."""

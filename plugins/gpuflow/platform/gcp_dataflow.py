@@ -132,6 +132,42 @@ class DataflowJobs(GcpService):
         job_name = job_name_for(names, self.config, "llm-inference" if streaming else "llm-batch")
         return self.start_job("llm_inference.py", argv, names, image, job_name, streaming=streaming)
 
+    def update_pipeline(self, argv: list[str], names: ResourceNames, image: str, job_name: str,
+                        transform_name_mapping: dict[str, str]) -> JobHandle:
+        """Dataflow's update: a replacement job under the running job's name, with the transform name mapping.
+
+        Direct launch: Beam stages the new request as usual, and the Templates API launches it with
+        ``update: true`` ("Update a custom template streaming job"). Provider gap: DataflowHook's
+        launch_job_with_template sends neither ``update`` nor ``transformNameMapping``, so the same
+        ``templates.launch`` request goes through the hook's own client (``get_conn()``) with them.
+        Flex Templates: the provider's launch_job_with_flex_template takes the whole body, update fields included."""
+        from google.cloud import dataflow_v1beta3
+
+        if self.config.launch.mode == "flex_template":
+            spec, request = flex_launch(self.config, names, "llm_inference", argv, image, job_name)
+            spec_uri = request.launch_parameter.container_spec_gcs_path
+            self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
+                               data=json.dumps(spec, indent=2), mime_type="application/json")
+            request.launch_parameter.update = True
+            request.launch_parameter.transform_name_mappings = transform_name_mapping
+            body = {"launchParameter": dataflow_v1beta3.LaunchFlexTemplateParameter.to_dict(
+                request.launch_parameter, preserving_proto_field_name=False)}
+            job = self._dataflow_hook().launch_job_with_flex_template(
+                body=body, location=request.location, project_id=request.project_id)
+        else:
+            template_uri, _ = self.stage_template("llm_inference.py", argv, names, image, job_name, streaming=True)
+            parameters = dataflow_v1beta3.LaunchTemplateParameters(
+                job_name=job_name, update=True, transform_name_mapping=transform_name_mapping,
+                environment=runtime_environment(self.config, names))
+            body = dataflow_v1beta3.LaunchTemplateParameters.to_dict(parameters, preserving_proto_field_name=False)
+            response = self._dataflow_hook().get_conn().projects().locations().templates().launch(
+                projectId=self.config.project, location=self.config.region, gcsPath=template_uri, body=body,
+            ).execute(num_retries=5)
+            job = response["job"]
+        handle = self._handle(job["id"], job_name, self.config.region)
+        log.info("Dataflow job %s updated in place by %s: %s", job_name, handle.id, handle.url)
+        return handle
+
     def _job_state(self, handle: JobHandle) -> str:
         """The job's state name (``JOB_STATE_RUNNING`` …), read with the provider's DataflowHook."""
         job = self._dataflow_hook().get_job(job_id=handle.id, project_id=self.config.project,
@@ -142,9 +178,19 @@ class DataflowJobs(GcpService):
         dataflow = self.config.dataflow
         return dataflow.stop_timeout_s if until == "stopped" else dataflow.start_timeout_s
 
-    def request_stop(self, handle: JobHandle) -> bool:
-        """Ask for a cancel or a drain (dataflow.stop_action) with the provider's DataflowHook.cancel_job, without
-        waiting; True if the job was still active."""
+    def job_running(self, handle: JobHandle) -> bool:
+        from googleapiclient.errors import HttpError
+
+        try:
+            return self._job_state(handle) not in TERMINAL_STATES
+        except HttpError as error:
+            if error.resp.status == 404:
+                return False
+            raise
+
+    def request_stop(self, handle: JobHandle, drain: bool | None = None) -> bool:
+        """Ask for a cancel or a drain (``drain``, else dataflow.stop_action) with the provider's
+        DataflowHook.cancel_job, without waiting; True if the job was still active."""
         from googleapiclient.errors import HttpError
 
         try:
@@ -157,7 +203,8 @@ class DataflowJobs(GcpService):
             log.info("Dataflow job %s is already %s", handle.id, state)
             return False
         # A streaming job can drain (the hook drains streaming jobs only); one not yet running can only be cancelled.
-        drain = self.config.dataflow.stop_action == "drain" and state == "JOB_STATE_RUNNING"
+        wanted = self.config.dataflow.stop_action == "drain" if drain is None else drain
+        drain = wanted and state == "JOB_STATE_RUNNING"
         self._dataflow_hook(drain=drain).cancel_job(job_id=handle.id, project_id=self.config.project,
                                                     location=handle.location)
         log.info("requested the %s of Dataflow job %s (%s)", "drain" if drain else "cancellation", handle.id,
@@ -184,6 +231,13 @@ class DataflowJobs(GcpService):
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Active jobs whose name carries the run's prefix, in the region and every fallback region."""
+        return self._active_jobs((names.prefix + "-", names.job_prefix + "-"))
+
+    def find_gpuflow_jobs(self) -> list[JobHandle]:
+        """Every active gpuflow job (named gf-… by a run, gfd-… by a deployment): the janitor's view."""
+        return self._active_jobs(("gf-", "gfd-"))
+
+    def _active_jobs(self, name_prefixes: tuple[str, ...]) -> list[JobHandle]:
         from google.cloud import dataflow_v1beta3
 
         from gpuflow.quota import quota_regions
@@ -193,6 +247,6 @@ class DataflowJobs(GcpService):
             jobs = self.clients.dataflow_jobs().list_jobs(request=dataflow_v1beta3.ListJobsRequest(
                 project_id=self.config.project, location=region, filter=dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE))
             for job in jobs:
-                if job.name.startswith(names.prefix + "-"):
+                if job.name.startswith(name_prefixes):
                     handles.append(self._handle(job.id, job.name, region))
         return handles

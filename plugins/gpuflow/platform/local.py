@@ -217,8 +217,18 @@ class LocalPlatform:
         # The GPU check runs a whole (small) batch pipeline: its start, then its work.
         return self.config.local.pipeline_start_timeout_s + (600 if until == "done" else 0)
 
-    def request_stop(self, handle: JobHandle) -> bool:
+    def request_stop(self, handle: JobHandle, drain: bool | None = None) -> bool:
+        """A local pipeline process cannot drain: it stops at once. (A persistent deployment's replacement reads a
+        subscription of its own, so the old process's prompts are answered by the new one too: gpuflow.naming.)"""
         return self.stop_pipeline(handle)
+
+    def job_running(self, handle: JobHandle) -> bool:
+        pid = int(handle.id)
+        return process_alive(pid) and is_gpuflow_process(pid)
+
+    def update_pipeline(self, argv, names, image, job_name, transform_name_mapping) -> JobHandle:
+        raise NotImplementedError("the local DirectRunner cannot update a job in place; gpuflow.rollout plans a "
+                                  "replacement on the local profile")
 
     def stop_pipeline(self, handle: JobHandle) -> bool:
         pid = int(handle.id)
@@ -228,6 +238,10 @@ class LocalPlatform:
             if pid_file.read_text().strip() == handle.id:
                 pid_file.unlink(missing_ok=True)
         return was_running
+
+    def find_gpuflow_jobs(self) -> list[JobHandle]:
+        """Every gpuflow pipeline process still running (the janitor's view)."""
+        return _pid_handles(self.state_dir)
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """The run's pipeline and GPU check processes, from their pid files."""
@@ -239,6 +253,17 @@ class LocalPlatform:
                 handles.append(JobHandle(kind="local-process", id=pid_file.read_text().strip(), name=job_name,
                                          location=str(self.state_dir / f"{stem}.log")))
         return handles
+
+
+def _pid_handles(state_dir: Path) -> list[JobHandle]:
+    """Every pipeline process whose pid file is in ``state_dir`` and that still runs (named by its file's stem)."""
+    handles = []
+    for pid_file in sorted(state_dir.glob("*.pid")):
+        pid = pid_file.read_text().strip()
+        if pid.isdigit() and process_alive(int(pid)) and is_gpuflow_process(int(pid)):
+            handles.append(JobHandle(kind="local-process", id=pid, name=pid_file.stem,
+                                     location=str(pid_file.with_suffix(".log"))))
+    return handles
 
 
 def is_gpuflow_process(pid: int) -> bool:

@@ -211,13 +211,31 @@ def java_for_local_spark(config: GpuflowConfig) -> Iterator[Finding]:
                     "install a Java 17 runtime (Debian: openjdk-17-jre-headless)")
 
 
+def persistent_deployment_usable(config: GpuflowConfig) -> Iterator[Finding]:
+    """deployment.mode persistent: what a lasting deployment needs."""
+    if config.deployment.mode != "persistent":
+        return
+    if not config.bucket:
+        yield error("bucket", "a persistent deployment keeps its model versions and (on gcp) its record in the "
+                    "bucket, and a run without one makes a bucket of its own that its cleanup deletes",
+                    "set bucket to a bucket that stays")
+    if config.export.model_dir:
+        yield warning("export.model_dir", "a persistent deployment exports each run's version into its own "
+                      "versions folder; export.model_dir is not used", "leave export.model_dir empty")
+    if config.inference.engine == "vllm":
+        yield error("inference.engine", "the vLLM handler cannot switch model versions in a running job (it has no "
+                    "update_model_path), so a weights rollout would never take over",
+                    "use inference.engine: transformers for a persistent deployment, or deployment.mode: ephemeral")
+
+
 #: Configuration rules that only one workflow's tasks make true (the Dataproc batch exports no model).
 WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
-    "inference": [demo_model_is_local_only, streaming_right_fitting_autoscales],
+    "inference": [demo_model_is_local_only, streaming_right_fitting_autoscales, persistent_deployment_usable],
     # Right fitting is supported for batch pipelines without conditions (docs.cloud.google.com/dataflow/docs/guides/
     # right-fitting, "Support and limitations"), so the streaming rule is not among the batch's.
     "batch": [demo_model_is_local_only, batch_locations_usable],
     "dataproc": [],
+    "maintenance": [],
 }
 
 #: What each workflow needs of the machine it runs on.
@@ -225,6 +243,7 @@ ENVIRONMENT_RULES: dict[str, list[Rule]] = {
     "inference": [gcp_connection_defined, launch_environment_matches_container, emulators_answer, vllm_runs_here],
     "batch": [gcp_connection_defined, launch_environment_matches_container, emulators_answer, vllm_runs_here],
     "dataproc": [java_for_local_spark],
+    "maintenance": [gcp_connection_defined, emulators_answer],
 }
 
 
@@ -232,7 +251,9 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
                   zones_offering: ZonesOffering | None = None) -> list[Finding]:
     """Every rule of the workflow. ``zones_offering`` (gcp, from the platform): the region check asks Compute
     Engine instead of reading the offline table."""
-    rules = CONFIG_RULES + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
+    # The teardown and the janitor start no job: the configuration's job rules do not apply to them.
+    config_rules = [gcp_project_is_real] if workflow == "maintenance" else CONFIG_RULES
+    rules = config_rules + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
     if not config.uses_gpu:  # CPU workers (gpu.type none): the CPU rules in place of the GPU ones
         rules = [rule for rule in rules if rule not in (*GPU_RULES, gcp_runs_on_gpu)] + CPU_RULES
     if zones_offering is not None:

@@ -55,6 +55,15 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
         argv += ["--accelerator-hint", accelerator_hint(config)]
     if config.gpu.sharing == "model_copies":
         argv += ["--model-copies", str(config.gpu.model_copies)]
+    argv += ["--model-version", names.model_version]
+    if names.deployment and not batch:
+        from gpuflow.naming import pointer_folder
+
+        # RunInference's automatic model refresh: the job switches to each new version pointer written there.
+        # Dataflow runs Beam's WatchFilePattern side input; the local DirectRunner cannot, so its handler polls.
+        argv += ["--model-refresh-folder", pointer_folder(config, names.deployment),
+                 "--model-refresh", "poll" if config.profile == "local" else "side_input",
+                 "--model-refresh-interval-s", str(config.deployment.refresh_interval_s)]
     return argv
 
 

@@ -51,75 +51,130 @@ def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames) -> bool:
         ) from None
 
 
-def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True) -> dict[str, Any]:
-    """Idempotent: existing resources with the run's names are reused. On failure, removes what it made.
-    ``pubsub=False`` (a batch run): the bucket only."""
+def resource_labels(names: ResourceNames) -> dict[str, str]:
+    """The janitor's labels: the run, and its deployment if any (names carry the same prefixes)."""
+    return {"gpuflow-run": names.prefix, **({"gpuflow-deployment": names.deployment} if names.deployment else {})}
+
+
+def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True,
+                     job_subscription: bool = True, lease: tuple[str, str] | None = None) -> dict[str, Any]:
+    """Idempotent: existing resources with the run's names are reused. On failure, removes what the run owns.
+
+    ``pubsub=False`` (a batch run): the bucket only. A deployment's run (``names.deployment``) creates the
+    deployment's topics if missing, its smoke test's own subscriptions, and the job's prompts subscription when it
+    starts a job (``job_subscription``). ``lease``: (dag_id, run_id), written beside the run's objects first, so
+    the janitor can tell whose the rest is."""
+    from gpuflow.platform.records import Records
+
     pubsub_hook, gcs = _hooks(conn_id)
     topics = names.topics if pubsub else []
+    subscriptions = dict(names.run_subscriptions) if pubsub else {}
+    if pubsub and job_subscription:
+        subscriptions[names.prompts_subscription] = names.prompts_topic
+    labels = resource_labels(names)
     try:
         bucket_created = ensure_bucket(gcs, config, names)
+        if lease:
+            Records(config, conn_id).write_lease(names, *lease)
         for topic in topics:
-            pubsub_hook.create_topic(topic=topic, project_id=config.project)
-        for subscription, topic in (names.subscriptions if pubsub else {}).items():
+            pubsub_hook.create_topic(topic=topic, project_id=config.project, labels=labels)
+        for subscription, topic in subscriptions.items():
             # Created before the pipeline starts, so no prompt published early is lost.
             pubsub_hook.create_subscription(topic=topic, subscription=subscription, project_id=config.project,
-                                       ack_deadline_secs=60)
+                                            ack_deadline_secs=60, labels=labels)
     except Exception:
         log.exception("setup failed; removing what it created")
-        delete_resources(config, names, conn_id)
+        delete_resources(config, names, conn_id, pubsub)
         raise
-    subscriptions = list(names.subscriptions) if pubsub else []
-    log.info("setup done: bucket %s, topics %s, subscriptions %s", names.bucket, topics, subscriptions)
+    log.info("setup done: bucket %s, topics %s, subscriptions %s", names.bucket, topics, list(subscriptions))
     return {"bucket": names.bucket, "bucket_created": bucket_created, "topics": topics,
-            "subscriptions": subscriptions}
+            "subscriptions": list(subscriptions), "deployment": names.deployment}
 
 
-def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True) -> dict[str, Any]:
-    """Delete everything the run's names point at; what is already gone is fine. ``pubsub=False`` (a batch run,
-    whose setup made none): the bucket or prefix only."""
-    pubsub_hook, gcs = _hooks(conn_id)
-    subscriptions, topics = (list(names.subscriptions), names.topics) if pubsub else ([], [])
-    problems: list[str] = []
-    for subscription in subscriptions:
-        try:
-            pubsub_hook.delete_subscription(subscription=subscription, project_id=config.project,
-                                            fail_if_not_exists=False)
-        except Exception as error:  # keep going: one stuck resource must not leak the others
-            problems.append(f"subscription {subscription}: {error}")
-    for topic in topics:
-        try:
-            pubsub_hook.delete_topic(topic=topic, project_id=config.project, fail_if_not_exists=False)
-        except Exception as error:
-            problems.append(f"topic {topic}: {error}")
+def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True,
+                     extra_subscriptions: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Delete everything the run owns; what is already gone is fine. ``pubsub=False`` (a batch run, whose setup
+    made none): the bucket or prefix only. A deployment's run owns its smoke test's subscriptions and its objects,
+    never the deployment's topics (``extra_subscriptions``: a job subscription that never took over)."""
+    subscriptions, topics = ([*names.run_subscriptions, *extra_subscriptions], names.run_topics) if pubsub \
+        else ([], [])
+    problems = [*delete_subscriptions(config, conn_id, subscriptions, raise_errors=False),
+                *delete_topics(config, conn_id, topics, raise_errors=False)]
     try:
         if names.bucket_is_run_scoped:
-            if _bucket_readable(gcs, names.bucket):
-                for blob_name in gcs.list(names.bucket):
-                    gcs.delete(names.bucket, blob_name)
-                gcs.delete_bucket(bucket_name=names.bucket, force=True)
-        elif _bucket_readable(gcs, names.bucket):
-            for blob_name in gcs.list(names.bucket, prefix=names.object_prefix + "/"):
-                gcs.delete(names.bucket, blob_name)
+            delete_whole_bucket(conn_id, names.bucket)
+        else:
+            delete_objects(config, conn_id, names.gcs_uri() + "/")
     except Exception as error:
         problems.append(f"bucket {names.bucket}: {error}")
     if problems:
         raise RuntimeError("cleanup could not delete: " + "; ".join(problems))
-    log.info("deleted the run's subscriptions, topics and %s", "bucket" if names.bucket_is_run_scoped else "prefix")
+    log.info("deleted the run's subscriptions %s, topics %s and %s", subscriptions, topics,
+             "bucket" if names.bucket_is_run_scoped else "prefix")
     return {"deleted_topics": topics, "deleted_subscriptions": subscriptions,
             "deleted_bucket": names.bucket if names.bucket_is_run_scoped else None}
 
 
-def list_run_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, list[str]]:
-    """What still exists of the run (topics, subscriptions, bucket); used by tests and cleanup checks."""
-    pubsub, gcs = _hooks(conn_id)
+def delete_whole_bucket(conn_id: str, bucket: str) -> None:
+    """A run's own bucket: its objects, then itself (one that is gone is fine)."""
+    _, gcs = _hooks(conn_id)
+    if _bucket_readable(gcs, bucket):
+        for blob_name in gcs.list(bucket):
+            gcs.delete(bucket, blob_name)
+        gcs.delete_bucket(bucket_name=bucket, force=True)
+
+
+def delete_subscriptions(config: GpuflowConfig, conn_id: str, subscriptions: list[str],
+                         raise_errors: bool = True) -> list[str]:
+    """Delete each (one that is gone is fine); the problems, or raise them."""
+    pubsub_hook, _ = _hooks(conn_id)
+    return _each(subscriptions, "subscription", raise_errors, lambda subscription: pubsub_hook.delete_subscription(
+        subscription=subscription, project_id=config.project, fail_if_not_exists=False))
+
+
+def delete_topics(config: GpuflowConfig, conn_id: str, topics: list[str], raise_errors: bool = True) -> list[str]:
+    pubsub_hook, _ = _hooks(conn_id)
+    return _each(topics, "topic", raise_errors, lambda topic: pubsub_hook.delete_topic(
+        topic=topic, project_id=config.project, fail_if_not_exists=False))
+
+
+def _each(items: list[str], kind: str, raise_errors: bool, delete) -> list[str]:
+    problems = []
+    for item in items:
+        try:
+            delete(item)
+        except Exception as error:  # keep going: one stuck resource must not leak the others
+            problems.append(f"{kind} {item}: {error}")
+    if problems and raise_errors:
+        raise RuntimeError("could not delete: " + "; ".join(problems))
+    return problems
+
+
+def delete_objects(config: GpuflowConfig, conn_id: str, folder_uri: str) -> int:
+    """Delete every object under a gs:// folder of a bucket that stays; how many there were."""
+    _, gcs = _hooks(conn_id)
+    bucket, _, prefix = folder_uri.removeprefix("gs://").partition("/")
+    if not _bucket_readable(gcs, bucket):
+        return 0
+    names = gcs.list(bucket, prefix=prefix)
+    for blob_name in names:
+        gcs.delete(bucket, blob_name)
+    return len(names)
+
+
+def list_named(config: GpuflowConfig, conn_id: str, prefix: str) -> dict[str, list[str]]:
+    """The project's topics and subscriptions whose names start with ``prefix``."""
+    pubsub, _ = _hooks(conn_id)
     project_path = f"projects/{config.project}"
     topics = [t.name.rsplit("/", 1)[-1] for t in pubsub.get_conn().list_topics(request={"project": project_path})]
-    subscriptions = [
-        s.name.rsplit("/", 1)[-1]
-        for s in pubsub.subscriber_client.list_subscriptions(request={"project": project_path})
-    ]
-    return {
-        "topics": [t for t in topics if t.startswith(names.prefix)],
-        "subscriptions": [s for s in subscriptions if s.startswith(names.prefix)],
-        "buckets": [names.bucket] if names.bucket_is_run_scoped and _bucket_readable(gcs, names.bucket) else [],
-    }
+    subscriptions = [s.name.rsplit("/", 1)[-1]
+                     for s in pubsub.subscriber_client.list_subscriptions(request={"project": project_path})]
+    return {"topics": sorted(t for t in topics if t.startswith(prefix)),
+            "subscriptions": sorted(s for s in subscriptions if s.startswith(prefix))}
+
+
+def list_run_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, list[str]]:
+    """What still exists of the run (topics, subscriptions, bucket); used by tests and cleanup checks."""
+    _, gcs = _hooks(conn_id)
+    return {**list_named(config, conn_id, names.prefix),
+            "buckets": [names.bucket] if names.bucket_is_run_scoped and _bucket_readable(gcs, names.bucket) else []}

@@ -85,33 +85,72 @@ def check_gpu_usage(config: GpuflowConfig, usage: dict[str, Any]) -> None:
 
 
 def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
-               prompts: list[str] | None = None) -> dict[str, Any]:
+               prompts: list[str] | None = None, expect_version: str | None = None) -> dict[str, Any]:
     """Publish the prompts with ids; pull answers and dead letters until all are back or time runs out.
 
-    The result's ``window`` (epoch seconds) is when the pipeline worked on them, for the GPU-usage check."""
+    ``expect_version`` (a deployment's rollout): also until answers come from that model version, publishing the
+    prompts again each round, for up to deployment.rollout_timeout_s; the old version answering what it got is
+    fine, a dead letter is not. The result's ``window`` (epoch seconds) is when the pipeline worked on them, for the
+    GPU-usage check."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
     window_start = time.time()
     pubsub = PubSubHook(gcp_conn_id=conn_id)
     prompts = prompts or smoke_prompts(config.smoke_test.num_prompts)
-    batch = uuid.uuid4().hex[:8]
-    sent = {f"smoke-{batch}-{i}": prompt for i, prompt in enumerate(prompts)}
+    timeout_s = config.deployment.rollout_timeout_s if expect_version else config.smoke_test.timeout_s
     started = time.monotonic()
-    pubsub.publish(
-        topic=names.prompts_topic, project_id=config.project,
-        messages=[{"data": prompt.encode(), "attributes": {"id": prompt_id}} for prompt_id, prompt in sent.items()],
-    )
-    log.info("published %d prompts to %s", len(sent), names.prompts_topic)
+    deadline = started + timeout_s
+    sent: dict[str, str] = {}
     answers: dict[str, dict[str, Any]] = {}
     dead_letters: dict[str, str] = {}
-    deadline = started + config.smoke_test.timeout_s
+    round_number = 0
+    while True:
+        round_number += 1
+        batch = uuid.uuid4().hex[:8]
+        this_round = {f"smoke-{batch}-{i}": prompt for i, prompt in enumerate(prompts)}
+        sent.update(this_round)
+        pubsub.publish(topic=names.prompts_topic, project_id=config.project, messages=[
+            {"data": prompt.encode(), "attributes": {"id": prompt_id}} for prompt_id, prompt in this_round.items()])
+        log.info("published %d prompts to %s%s", len(this_round), names.prompts_topic,
+                 f" (round {round_number}, waiting for version {expect_version})" if expect_version else "")
+        _collect(config, pubsub, names, sent, answers, dead_letters, started, deadline)
+        from_expected = [a for a in answers.values() if a["model"] == expect_version]
+        if dead_letters or not expect_version or from_expected or time.monotonic() >= deadline:
+            break
+        time.sleep(min(config.deployment.refresh_interval_s, 10))  # give the job time to switch versions
+    rows = [{"id": prompt_id, "prompt": prompt, **answers[prompt_id]} for prompt_id, prompt in sent.items()
+            if prompt_id in answers]
+    if rows:
+        log.info("smoke test answers:\n%s", format_answers_table(rows))
+    missing = [prompt_id for prompt_id in sent if prompt_id not in answers and prompt_id not in dead_letters]
+    if dead_letters or missing:
+        raise SmokeTestFailed(
+            f"{len(answers)}/{len(sent)} prompts answered; dead letters: {dead_letters or 'none'}; "
+            f"no answer within {timeout_s:.0f}s for: {missing or 'none'}. "
+            "Fix: read the pipeline log (launch task) and raise smoke_test.timeout_s if the model is slow to load."
+        )
+    versions = sorted({a["model"] for a in answers.values()})
+    if expect_version and expect_version not in versions:
+        raise SmokeTestFailed(
+            f"every prompt was answered, but only by model version(s) {versions}, never by the new version "
+            f"{expect_version} within {timeout_s:.0f}s ({round_number} rounds): the new version did not take over "
+            "(the job's log says why, e.g. 'model version ... failed to load'). The deployment is rolled back.")
+    return {"answered": len(answers), "sent": len(sent), "answers": rows, "versions": versions,
+            "window": [window_start, time.time()]}
+
+
+def _collect(config: GpuflowConfig, pubsub, names: ResourceNames, sent: dict[str, str],
+             answers: dict[str, dict[str, Any]], dead_letters: dict[str, str], started: float,
+             deadline: float) -> None:
+    """Pull until every prompt sent so far has its answer or dead letter, or the deadline."""
     last_progress = 0.0
     while len(answers) + len(dead_letters) < len(sent) and time.monotonic() < deadline:
         for attributes, data in pull_all(pubsub, config.project, names.responses_subscription):
             if attributes.get("id") in sent:
                 answers[attributes["id"]] = {"answer": data.decode("utf-8", errors="replace"),
                                              "latency_s": time.monotonic() - started,
-                                             "batch_size": int(attributes.get("batch_size", 0))}
+                                             "batch_size": int(attributes.get("batch_size", 0)),
+                                             "model": attributes.get("model", "")}
         for attributes, _ in pull_all(pubsub, config.project, names.dead_letter_subscription):
             if attributes.get("id") in sent:
                 dead_letters[attributes["id"]] = attributes.get("error", "unknown")
@@ -121,15 +160,3 @@ def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
                      len(dead_letters), slowest)
             last_progress = time.monotonic()
         time.sleep(0.5)
-    rows = [{"id": prompt_id, "prompt": prompt, **answers[prompt_id]} for prompt_id, prompt in sent.items()
-            if prompt_id in answers]
-    if rows:
-        log.info("smoke test answers:\n%s", format_answers_table(rows))
-    missing = [prompt_id for prompt_id in sent if prompt_id not in answers and prompt_id not in dead_letters]
-    if dead_letters or missing:
-        raise SmokeTestFailed(
-            f"{len(answers)}/{len(sent)} prompts answered; dead letters: {dead_letters or 'none'}; "
-            f"no answer within {config.smoke_test.timeout_s:.0f}s for: {missing or 'none'}. "
-            "Fix: read the pipeline log (launch task) and raise smoke_test.timeout_s if the model is slow to load."
-        )
-    return {"answered": len(answers), "sent": len(sent), "answers": rows, "window": [window_start, time.time()]}

@@ -1,0 +1,121 @@
+"""The operators of a persistent deployment: promote (llm_streaming_inference), teardown
+(llm_streaming_teardown) and the janitor (gpuflow_janitor)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from gpuflow.operators.base import GpuflowStepOperator, event_succeeded, rollout_plan
+from gpuflow.operators.links import DataflowJobLink
+from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _image_of, _pushed_handle
+
+log = logging.getLogger(__name__)
+
+
+class MaintenancePreflightOperator(PreflightOperator):
+    """Preflight of the teardown and the janitor: the connection and the project, not the job's rules."""
+
+    workflow = "maintenance"
+
+
+class PromoteOperator(GpuflowStepOperator):
+    """The new version answered the smoke test: record it as the deployment's state (the record names its job, its
+    image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote."""
+
+    ui_color = "#d4edda"
+    operator_extra_links = (DataflowJobLink(),)
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.steps.deployment import after_replaced_job, promote
+
+        rollout = rollout_plan(context)
+        if rollout is None:
+            log.info("deployment.mode ephemeral: nothing to promote; cleanup deletes what the run made")
+            return {"skipped": "deployment.mode ephemeral"}
+        handle = _pushed_handle(context, self.launch_task_id)
+        if handle is None:
+            raise AirflowException(f"{self.launch_task_id} pushed no job handle: nothing to promote")
+        context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+        result = {"deployment": names.deployment, "path": rollout.path, "why": rollout.why,
+                  "model_version": names.model_version, "job": handle.to_xcom()}
+        draining = promote(config, names, platform, rollout, handle, _image_of(self.image), context["run_id"])
+        if draining is not None and draining.kind == "dataflow":
+            self.defer_on(context, config, platform, draining, "stopped", result=result)
+        return {**result, "replaced": draining.to_xcom() if draining else None,
+                "deleted_subscriptions": after_replaced_job(config, names, platform, rollout)}
+
+    def resume_step(self, config, names, platform, context, event, handle, result):
+        from gpuflow.steps.deployment import after_replaced_job
+
+        log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "replaced job %s: %s", handle.name,
+                event.get("message"))
+        return {**result, "replaced": handle.to_xcom(),
+                "deleted_subscriptions": after_replaced_job(config, names, platform, rollout_plan(context))}
+
+
+class TeardownOperator(CleanupOperator):
+    """Stops a deployment's job (drain or cancel: dataflow.stop_action), deferring while it stops, then deletes
+    its subscriptions, topics, model folder and record."""
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.naming import deployment_name, deployment_prefix
+        from gpuflow.platform import JobHandle
+        from gpuflow.platform.records import Records
+
+        name = deployment_name(config)
+        record = Records(config, platform.conn_id).read(name)
+        log.info("deployment %s: %s", name, f"recorded, job {record.job_name} ({record.job['id']}), model version "
+                 f"{record.model_version}" if record else "no record (deleting whatever carries its name)")
+        jobs = {job.id: job for job in platform.find_gpuflow_jobs()
+                if job.name.startswith(deployment_prefix(name) + "-")}
+        if record:
+            jobs[record.job["id"]] = JobHandle.model_validate(record.job)
+        stopping = [job for job in jobs.values() if platform.request_stop(job)]
+        return self._next(context, config, names, platform, [job.to_xcom() for job in stopping], [])
+
+    def delete_resources(self, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+        from gpuflow.naming import deployment_name
+        from gpuflow.steps.deployment import tear_down
+
+        return tear_down(config, platform, deployment_name(config), stopped)
+
+
+class JanitorOperator(CleanupOperator):
+    """Finds what gpuflow left behind that no running DAG run and no recorded deployment owns, and deletes it
+    (janitor.dry_run: lists it). Leftover jobs are cancelled first, while the task defers."""
+
+    LEFTOVERS_KEY = "gpuflow_leftovers"
+
+    def run_step(self, config, names, platform, context):
+        from gpuflow.platform import JobHandle
+        from gpuflow.steps.janitor import describe, find_leftovers
+
+        leftovers = find_leftovers(config, platform, context["ti"].get_dagrun_state)
+        log.info("the janitor found what no running DAG run and no recorded deployment owns:\n%s",
+                 describe(leftovers))
+        if config.janitor.dry_run:
+            log.info("janitor.dry_run: nothing deleted")
+            return {"dry_run": True, **leftovers}
+        context["ti"].xcom_push(key=self.LEFTOVERS_KEY, value=leftovers)
+        jobs = [JobHandle.model_validate(job) for job in leftovers["jobs"]]
+        stopping = [job for job in jobs if platform.request_stop(job, drain=False)]
+        return self._next(context, config, names, platform, [job.to_xcom() for job in stopping], [])
+
+    def delete_resources(self, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+        from gpuflow.steps.janitor import clean_up
+
+        leftovers = self._context["ti"].xcom_pull(task_ids=self.task_id, key=self.LEFTOVERS_KEY)
+        clean_up(config, platform, leftovers)
+        log.info("the janitor deleted all of it (jobs stopped: %s)", stopped or "none")
+        return {"dry_run": False, "stopped_jobs": stopped, **leftovers}
+
+    def execute(self, context: Any) -> Any:
+        self._context = context
+        return super().execute(context)
+
+    def resume(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        self._context = context
+        return super().resume(context, event, **kwargs)

@@ -1,0 +1,146 @@
+"""Where a deployment's state and a run's ownership are written down, so that the next run, the teardown and the
+janitor find them:
+
+* the deployment record (``gpuflow.rollout.DeploymentRecord``): a local file on the local profile (written to a
+  temporary name, then renamed over the old one), an object in the bucket on gcp (one upload replaces an object
+  whole; with a generation precondition, so that two writers cannot overwrite each other unseen);
+* model version pointers, in the deployment's model folder that the job watches;
+* run leases: which DAG run a ``gf-`` prefix belongs to, beside the run's objects, read by the janitor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuflow.config import GpuflowConfig
+from gpuflow.naming import ResourceNames, deployment_folder, pointer_folder, resource_names
+from gpuflow.rollout import DeploymentRecord, pointer_name
+
+log = logging.getLogger(__name__)
+
+LEASE_FILE = "run.json"
+
+
+class RecordConflict(RuntimeError):
+    """Another writer changed the record since this run read it."""
+
+
+def _split(uri: str) -> tuple[str, str]:
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    return bucket, name
+
+
+class Records:
+    def __init__(self, config: GpuflowConfig, conn_id: str):
+        self.config, self.conn_id = config, conn_id
+        self._gcs = None
+
+    @property
+    def gcs(self):
+        if self._gcs is None:
+            from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+            self._gcs = GCSHook(gcp_conn_id=self.conn_id)
+        return self._gcs
+
+    # -- deployment records -----------------------------------------------------------------------
+    def record_location(self, name: str) -> str:
+        if self.config.profile == "local":
+            return str(Path(self.config.local.state_dir) / "deployments" / f"{name}.json")
+        return f"{deployment_folder(self.config, name)}/deployment.json"
+
+    def read(self, name: str) -> DeploymentRecord | None:
+        location = self.record_location(name)
+        if self.config.profile == "local":
+            try:
+                text = Path(location).read_text()
+            except FileNotFoundError:
+                return None
+        else:
+            blob = self._blob(location)
+            if not blob.exists():
+                return None
+            text = blob.download_as_text()
+        return DeploymentRecord.model_validate_json(text)
+
+    def _blob(self, uri: str):
+        bucket, name = _split(uri)
+        return self.gcs.get_conn().bucket(bucket).blob(name)
+
+    def write(self, record: DeploymentRecord, expected: DeploymentRecord | None = None) -> str:
+        """Replace the record whole. ``expected``: the record this run read; a different one there now fails."""
+        location = self.record_location(record.name)
+        text = record.model_dump_json(indent=2)
+        current = self.read(record.name)
+        if (current and current.changed_at) != (expected and expected.changed_at):
+            raise RecordConflict(f"the record of deployment {record.name} ({location}) changed while this run ran "
+                                 f"(now: {current and current.changed_by}). Fix: run again; the deployment is as the "
+                                 "other run left it.")
+        if self.config.profile == "local":
+            path = Path(location)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            staging.write_text(text)
+            os.replace(staging, path)  # atomic on one filesystem: a reader sees the old record or the new one
+        else:
+            blob = self._blob(location)
+            # if_generation_match 0: only if absent; else only if it is still the generation this run read.
+            generation = blob.bucket.get_blob(blob.name).generation if current else 0
+            blob.upload_from_string(text, content_type="application/json", if_generation_match=generation)
+        log.info("deployment %s recorded at %s: job %s, model version %s", record.name, location, record.job_name,
+                 record.model_version)
+        return location
+
+    def delete(self, name: str) -> None:
+        location = self.record_location(name)
+        if self.config.profile == "local":
+            Path(location).unlink(missing_ok=True)
+        else:
+            blob = self._blob(location)
+            if blob.exists():
+                blob.delete()
+
+    def recorded(self) -> list[DeploymentRecord]:
+        """Every deployment recorded where this configuration keeps them (for the janitor)."""
+        if self.config.profile == "local":
+            folder = Path(self.config.local.state_dir) / "deployments"
+            return [DeploymentRecord.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        if not self.config.bucket:
+            return []
+        return [DeploymentRecord.model_validate_json(self.gcs.download(self.config.bucket, name))
+                for name in self.gcs.list(self.config.bucket, prefix="gpuflow/deployments/")
+                if name.endswith("/deployment.json")]
+
+    # -- model version pointers ---------------------------------------------------------------------
+    def write_pointer(self, name: str, version: str, model_dir: str, state_dict: str) -> str:
+        """Point the deployment's job at a model version: one new file in the folder it watches (a new name each
+        time: WatchFilePattern ignores a name it has seen)."""
+        uri = f"{pointer_folder(self.config, name)}/{pointer_name(version)}"
+        bucket, blob = _split(uri)
+        self.gcs.upload(bucket, blob, data=json.dumps(
+            {"version": version, "model_dir": model_dir, "state_dict_path": state_dict}), mime_type="application/json")
+        log.info("model version pointer %s -> %s", uri, version)
+        return uri
+
+    # -- run leases ------------------------------------------------------------------------------
+    def write_lease(self, names: ResourceNames, dag_id: str, run_id: str) -> None:
+        """Which DAG run owns the ``gf-`` prefix (and which deployment it serves), beside the run's objects."""
+        bucket, blob = _split(names.gcs_uri(LEASE_FILE))
+        self.gcs.upload(bucket, blob, data=json.dumps(
+            {"dag_id": dag_id, "run_id": run_id, "deployment": names.deployment, "written_at": time.time()}),
+            mime_type="application/json")
+
+    def read_lease(self, prefix: str) -> dict[str, Any] | None:
+        bucket, blob = _split(resource_names(self.config, prefix).gcs_uri(LEASE_FILE))
+        try:
+            if not self.gcs.exists(bucket, blob):
+                return None
+            return json.loads(self.gcs.download(bucket, blob))
+        except Exception as error:  # a bucket gone or unreadable: no lease to go by
+            log.info("no lease for %s (%s)", prefix, error)
+            return None

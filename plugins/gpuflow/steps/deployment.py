@@ -1,0 +1,170 @@
+"""A persistent deployment's rollout: plan it, roll the new version or job out, promote it or roll it back, and
+tear the deployment down. (The paths and their reasons: ``gpuflow.rollout``.)"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuflow.config import GpuflowConfig
+from gpuflow.naming import ResourceNames, deployment_folder, deployment_prefix
+from gpuflow.platform import JobHandle, Platform
+from gpuflow.platform.records import Records
+from gpuflow.rollout import DeploymentRecord, RolloutPlan, job_options, plan_rollout
+
+log = logging.getLogger(__name__)
+
+
+def expected_image(config: GpuflowConfig, names: ResourceNames) -> str:
+    """The image build_container will name: the configured one, or the rendered recipe's content tag."""
+    from gpuflow.steps.container import image_for, render_context
+
+    if config.container.image:
+        return config.container.image
+    with tempfile.TemporaryDirectory(prefix="gpuflow-plan-") as work_dir:
+        return image_for(config, render_context(config, names, Path(work_dir)))
+
+
+def plan(config: GpuflowConfig, names: ResourceNames, platform: Platform) -> RolloutPlan:
+    """Which path this run takes, from the deployment's record and whether its job still runs."""
+    record = Records(config, platform.conn_id).read(names.deployment)
+    running = bool(record) and platform.job_running(JobHandle.model_validate(record.job))
+    rollout = plan_rollout(config, record, expected_image(config, names), running)
+    log.info("deployment %s: %s. %s", names.deployment, rollout.path, rollout.why)
+    return rollout
+
+
+def roll_out_weights(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+                     rollout: RolloutPlan) -> JobHandle:
+    """The weights path: point the running job at the run's new version; its handle is the recorded job's."""
+    Records(config, platform.conn_id).write_pointer(names.deployment, names.model_version, names.model_dir_uri,
+                                                    names.state_dict_uri)
+    return JobHandle.model_validate(rollout.record.job)
+
+
+def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: Platform, image: str,
+                    rollout: RolloutPlan) -> JobHandle:
+    """The update path: Dataflow replaces the recorded job in place, under its name."""
+    from gpuflow.steps.launch import pipeline_argv
+
+    return platform.update_pipeline(pipeline_argv(config, names), names, image, rollout.record.job_name,
+                                    config.deployment.transform_name_mapping)
+
+
+def promote(config: GpuflowConfig, names: ResourceNames, platform: Platform, rollout: RolloutPlan,
+            handle: JobHandle, image: str, run_id: str) -> JobHandle | None:
+    """The new version answered: record it as the deployment's state. On the replace path, ask the old job to drain
+    (so that what it holds is answered) and return it, for the task to wait until it has stopped."""
+    record = DeploymentRecord(
+        name=names.deployment, job=handle.to_xcom(), job_name=handle.name,
+        subscription=rollout.record.subscription if rollout.path == "weights" else names.prompts_subscription,
+        image=image, model_version=names.model_version, model_dir_uri=names.model_dir_uri,
+        state_dict_uri=names.state_dict_uri, options=job_options(config), changed_by=run_id, url=handle.url)
+    Records(config, platform.conn_id).write(record, expected=rollout.record)
+    if rollout.path != "replace" or rollout.record is None:
+        return None
+    old = JobHandle.model_validate(rollout.record.job)
+    if old.id == handle.id:
+        return None
+    if platform.request_stop(old, drain=True):
+        log.info("draining the replaced job %s (%s): it answers what it holds, then stops", old.name, old.id)
+        return old
+    return None
+
+
+def after_replaced_job(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+                       rollout: RolloutPlan) -> list[str]:
+    """Once the replaced job has stopped: its own subscription goes, if it had one (the local profile), after its
+    backlog is handed to the topic, where the new job's subscription gets it."""
+    old_subscription = rollout.record.subscription if rollout.record else None
+    if not old_subscription or old_subscription == names.prompts_subscription:
+        return []
+    hand_over_backlog(config, platform.conn_id, old_subscription, names.prompts_topic)
+    from gpuflow.steps.resources import delete_subscriptions
+
+    delete_subscriptions(config, platform.conn_id, [old_subscription])
+    return [old_subscription]
+
+
+def hand_over_backlog(config: GpuflowConfig, conn_id: str, subscription: str, topic: str) -> int:
+    """Republish what a subscription still holds to its topic (same data and attributes), then acknowledge it."""
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    pubsub, moved = PubSubHook(gcp_conn_id=conn_id), 0
+    while True:
+        received = pubsub.pull(subscription=subscription, max_messages=100, project_id=config.project,
+                               return_immediately=True)
+        if not received:
+            break
+        pubsub.publish(topic=topic, project_id=config.project, messages=[
+            {"data": r.message.data, "attributes": dict(r.message.attributes)} for r in received])
+        pubsub.acknowledge(subscription=subscription, project_id=config.project, messages=received)
+        moved += len(received)
+    if moved:
+        log.info("handed %d prompts left in %s back to %s", moved, subscription, topic)
+    return moved
+
+
+def roll_back(config: GpuflowConfig, names: ResourceNames, platform: Platform, rollout: RolloutPlan,
+              pushed: JobHandle | None, run_id: str) -> dict[str, Any]:
+    """The run did not promote its version: what serves stays as recorded. Weights: point the job back at the
+    recorded version (the new one may have loaded). A new job (replace, new) is stopped by cleanup as one of the
+    run's jobs; an update in place is undone by updating again with the recorded image and options."""
+    records = Records(config, platform.conn_id)
+    current = records.read(names.deployment)
+    if current is not None and current.changed_by == run_id:
+        return {"rolled_back": False, "serving": current.model_version}  # promoted
+    record = rollout.record
+    if record is None:
+        log.warning("deployment %s: its first version did not take over; nothing was recorded", names.deployment)
+        return {"rolled_back": True, "serving": None}
+    if rollout.path == "weights" and pushed is not None:
+        records.write_pointer(names.deployment, record.model_version, record.model_dir_uri, record.state_dict_uri)
+    elif rollout.path == "update":
+        from gpuflow.steps.launch import pipeline_argv
+
+        restored = restored_config(config, record)
+        old_names = names.model_copy(update={"model_dir_uri": record.model_dir_uri})
+        handle = platform.update_pipeline(pipeline_argv(restored, old_names), old_names, record.image,
+                                          record.job_name, config.deployment.transform_name_mapping)
+        records.write(record.model_copy(update={"job": handle.to_xcom(), "url": handle.url}), expected=record)
+    log.warning("deployment %s rolled back: version %s keeps serving on job %s", names.deployment,
+                record.model_version, record.job_name)
+    return {"rolled_back": True, "serving": record.model_version}
+
+
+def restored_config(config: GpuflowConfig, record: DeploymentRecord) -> GpuflowConfig:
+    """The configuration with the recorded job's options put back (an update's rollback)."""
+    from gpuflow.config import load_config
+
+    dumped = config.model_dump(mode="json")
+    for key, value in record.options.items():
+        node = dumped
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return load_config(None, dumped)
+
+
+def deployment_resources(config: GpuflowConfig, conn_id: str, name: str) -> dict[str, list[str]]:
+    """The deployment's topics and subscriptions that exist now, found by its name prefix."""
+    from gpuflow.steps.resources import list_named
+
+    return list_named(config, conn_id, deployment_prefix(name) + "-")
+
+
+def tear_down(config: GpuflowConfig, platform: Platform, name: str, stopped: list[str]) -> dict[str, Any]:
+    """Once the deployment's job has stopped: its subscriptions, topics, model folder and record go."""
+    from gpuflow.steps.resources import delete_objects, delete_subscriptions, delete_topics
+
+    found = deployment_resources(config, platform.conn_id, name)
+    delete_subscriptions(config, platform.conn_id, found["subscriptions"])
+    delete_topics(config, platform.conn_id, found["topics"])
+    objects = delete_objects(config, platform.conn_id, deployment_folder(config, name) + "/") if config.bucket else 0
+    Records(config, platform.conn_id).delete(name)
+    log.info("deployment %s torn down: jobs %s, subscriptions %s, topics %s, %d objects, record", name,
+             stopped or "none running", found["subscriptions"], found["topics"], objects)
+    return {"deployment": name, "stopped_jobs": stopped, **found, "deleted_objects": objects}
