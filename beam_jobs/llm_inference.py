@@ -161,9 +161,11 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         return loaded
 
     def _load_version(self, version: ModelVersion) -> LoadedModel:
+        """A version's weights into the job's own model (its config and tokenizer, as launched): a new version
+        is new weights for the same model, so weights of another shape fail here, and the job keeps its version."""
         started = time.monotonic()
         device, dtype = choose_device_and_dtype(self.dtype, self.require_gpu)
-        model_dir = materialize_model_dir(version.model_dir)
+        model_dir = materialize_model_dir(self.model_name)
         architecture = model_architecture(model_dir, self.architecture)
         model = load_model(model_dir, version.state_dict_path, device, dtype, architecture)
         log.info(

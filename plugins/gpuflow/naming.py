@@ -54,7 +54,7 @@ class ResourceNames(BaseModel):
     @property
     def model_version(self) -> str:
         """The id each answer of the model exported by this run carries."""
-        return f"{self.model_label}@{self.prefix}"
+        return f"{self.model_label.rstrip('/').rsplit('/', 1)[-1]}@{self.prefix}"
 
     model_label: str = ""
 

@@ -78,7 +78,7 @@ def after_replaced_job(config: GpuflowConfig, names: ResourceNames, platform: Pl
                        rollout: RolloutPlan) -> list[str]:
     """Once the replaced job has stopped: its own subscription goes, if it had one (the local profile), after its
     backlog is handed to the topic, where the new job's subscription gets it."""
-    old_subscription = rollout.record.subscription if rollout.record else None
+    old_subscription = rollout.record.subscription if rollout.record and rollout.path == "replace" else None
     if not old_subscription or old_subscription == names.prompts_subscription:
         return []
     hand_over_backlog(config, platform.conn_id, old_subscription, names.prompts_topic)
@@ -88,20 +88,26 @@ def after_replaced_job(config: GpuflowConfig, names: ResourceNames, platform: Pl
     return [old_subscription]
 
 
+#: The attribute a handed-over prompt carries: its copy in the old subscription is then only acknowledged.
+HANDED_OVER = "gpuflow_handed_over"
+
+
 def hand_over_backlog(config: GpuflowConfig, conn_id: str, subscription: str, topic: str) -> int:
-    """Republish what a subscription still holds to its topic (same data and attributes), then acknowledge it."""
+    """Republish what a subscription still holds to its topic (same data and attributes), acknowledging each only
+    once it is republished. The republished copy reaches this subscription too (it is still on the topic): marked,
+    it is only acknowledged there, so the loop ends."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
     pubsub, moved = PubSubHook(gcp_conn_id=conn_id), 0
-    while True:
-        received = pubsub.pull(subscription=subscription, max_messages=100, project_id=config.project,
-                               return_immediately=True)
-        if not received:
-            break
-        pubsub.publish(topic=topic, project_id=config.project, messages=[
-            {"data": r.message.data, "attributes": dict(r.message.attributes)} for r in received])
+    while received := pubsub.pull(subscription=subscription, max_messages=100, project_id=config.project,
+                                  return_immediately=True):
+        originals = [r for r in received if HANDED_OVER not in r.message.attributes]
+        if originals:
+            pubsub.publish(topic=topic, project_id=config.project, messages=[
+                {"data": r.message.data, "attributes": {**r.message.attributes, HANDED_OVER: subscription}}
+                for r in originals])
         pubsub.acknowledge(subscription=subscription, project_id=config.project, messages=received)
-        moved += len(received)
+        moved += len(originals)
     if moved:
         log.info("handed %d prompts left in %s back to %s", moved, subscription, topic)
     return moved

@@ -1,0 +1,164 @@
+"""A persistent deployment's rollout on the gcp profile, step by step, with Dataflow faked at the client boundary
+(its requests checked against the API's own types) and the record, pointers and topics on the emulators:
+the update request, the replace-then-drain order, and the rollbacks."""
+
+import json
+
+import pytest
+from google.cloud import dataflow_v1beta3
+
+from gpuflow.config import load_config
+from gpuflow.naming import resource_names
+from gpuflow.platform import JobHandle
+from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.platform.records import Records
+from gpuflow.rollout import DeploymentRecord, job_options, plan_rollout
+from gpuflow.steps.cleanup import request_stops
+from gpuflow.steps.deployment import promote, roll_back, update_in_place
+from gpuflow.steps.launch import pipeline_argv
+from tests.gcp_fakes import STREAMING_STARTS, FakeGoogleCloud, read_gcs
+from tests.helpers import GCP_TEST_PROJECT
+
+BUCKET = "gpuflow-deploy-gcp-test"
+OLD_IMAGE = f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/gpuflow/l4:0000000000000001"
+NEW_IMAGE = f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/gpuflow/l4:0000000000000002"
+JobState = dataflow_v1beta3.JobState
+
+
+def config_of(*overrides):
+    return load_config("configs/gcp.example.yaml", overrides=[
+        f"project={GCP_TEST_PROJECT}", f"bucket={BUCKET}", "deployment.mode=persistent", "deployment.name=chat",
+        "dataflow.poll_interval_s=0.001", *overrides])
+
+
+@pytest.fixture
+def deployed(gcs_bucket, monkeypatch):
+    """A recorded deployment whose job runs (the fake's), and the fakes under the provider's hooks."""
+    gcs_bucket(BUCKET)
+    cloud = FakeGoogleCloud().install(monkeypatch)
+    config = config_of()
+    platform = GcpPlatform(config, clients=cloud)
+    names = resource_names(config, "gf-0000000001")
+    old = cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name)
+    cloud.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=old.id))  # it runs
+    record = DeploymentRecord(
+        name="chat", job=old.to_xcom(), job_name=old.name, subscription=names.prompts_subscription, image=OLD_IMAGE,
+        model_version=names.model_version, model_dir_uri=names.model_dir_uri, state_dict_uri=names.state_dict_uri,
+        options=job_options(config), changed_by="manual__first")
+    Records(config, platform.conn_id).write(record)
+    records = Records(config, platform.conn_id)
+    yield cloud, record, records
+    records.delete("chat")
+
+
+def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_it_back(deployed, monkeypatch):
+    cloud, record, records = deployed
+    config = config_of("inference.max_batch_size=8", "deployment.transform_name_mapping={Validate: ValidatePrompts}")
+    platform = GcpPlatform(config, clients=cloud)
+    names = resource_names(config, "gf-0000000002")
+    rollout = plan_rollout(config, record, NEW_IMAGE, job_running=True)
+    assert rollout.path == "update", rollout.why
+    assert rollout.changed == ["inference.max_batch_size", "image"]
+
+    handle = update_in_place(config, names, platform, NEW_IMAGE, rollout)
+
+    (request,) = cloud.dataflow.calls("launch_template")
+    parameters = request.launch_parameters
+    assert parameters.update is True
+    assert parameters.job_name == record.job_name == handle.name  # the same name: Dataflow replaces that job
+    assert dict(parameters.transform_name_mapping) == {"Validate": "ValidatePrompts"}
+    staged = read_gcs(cloud_env(), request.gcs_path)
+    assert NEW_IMAGE in staged and "--max-batch-size" in staged and names.model_version in staged
+
+    # The new version fails its smoke test: the record still names the old image, and an update restores it.
+    result = roll_back(config, names, platform, rollout, handle, run_id="manual__second")
+    assert result == {"rolled_back": True, "serving": record.model_version}
+    first, second = cloud.dataflow.calls("launch_template")
+    assert second.launch_parameters.update is True and second.launch_parameters.job_name == record.job_name
+    restored = read_gcs(cloud_env(), second.gcs_path)
+    assert OLD_IMAGE in restored and NEW_IMAGE not in restored and record.model_version in restored
+    kept = records.read("chat")
+    assert (kept.image, kept.model_version, kept.options) == (record.image, record.model_version, record.options)
+    assert kept.job["id"] != record.job["id"]  # the restoring update's job serves now
+
+
+def cloud_env():
+    import os
+
+    return dict(os.environ)
+
+
+def test_a_replacement_starts_first_and_the_old_job_is_drained_only_after_promotion(deployed):
+    cloud, record, records = deployed
+    config = config_of("gpu.machine_type=g2-standard-8")
+    platform = GcpPlatform(config, clients=cloud)
+    names = resource_names(config, "gf-0000000003")
+    rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
+    assert rollout.path == "replace" and "gpu.machine_type" in rollout.why
+    new = cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name)  # launch's new job, on the same
+    assert names.prompts_subscription == record.subscription                  # subscription
+
+    draining = promote(config, names, platform, rollout, new, OLD_IMAGE, run_id="manual__third")
+
+    assert draining.id == record.job["id"]
+    (stop,) = cloud.dataflow.calls("update_job")
+    assert stop.job_id == record.job["id"] and JobState(stop.job.requested_state) == JobState.JOB_STATE_DRAINED
+    promoted = records.read("chat")
+    assert promoted.job["id"] == new.id and promoted.model_version == names.model_version
+    assert promoted.options["gpu.machine_type"] == "g2-standard-8"
+    # cleanup then stops nothing that serves: the new job is the record's.
+    assert request_stops(names, platform, new, keep=promoted.job["id"]) == []
+    assert [r.job_id for r in cloud.dataflow.calls("update_job")] == [record.job["id"]]
+
+
+def test_a_replacement_that_fails_its_smoke_test_is_cancelled_and_the_old_job_keeps_serving(deployed):
+    cloud, record, records = deployed
+    config = config_of("gpu.machine_type=g2-standard-8")
+    platform = GcpPlatform(config, clients=cloud)
+    names = resource_names(config, "gf-0000000004")
+    rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
+    new = cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name)
+    cloud.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=new.id))
+
+    result = roll_back(config, names, platform, rollout, new, run_id="manual__fourth")
+    serving = records.read("chat")
+    stopping = request_stops(names, platform, new, keep=serving.job["id"])
+
+    assert result["rolled_back"] is True and serving == record
+    assert [h.id for h in stopping] == [new.id]
+    (stop,) = cloud.dataflow.calls("update_job")
+    assert stop.job_id == new.id and JobState(stop.job.requested_state) == JobState.JOB_STATE_CANCELLED
+    assert cloud.dataflow.jobs[record.job["id"]].stopped_state is None  # untouched
+
+
+def test_weights_that_fail_point_the_job_back_at_the_recorded_version(deployed):
+    cloud, record, records = deployed
+    config = config_of()
+    platform = GcpPlatform(config, clients=cloud)
+    names = resource_names(config, "gf-0000000005")
+    rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
+    assert rollout.path == "weights"
+    from gpuflow.steps.deployment import roll_out_weights
+
+    handle = roll_out_weights(config, names, platform, rollout)
+    roll_back(config, names, platform, rollout, handle, run_id="manual__fifth")
+
+    folder = f"gpuflow/deployments/chat/live/"
+    pointers = sorted(records.gcs.list(BUCKET, prefix=folder))
+    versions = [json.loads(records.gcs.download(BUCKET, name))["version"] for name in pointers]
+    assert versions == [names.model_version, record.model_version]  # the newest points back
+    assert records.read("chat") == record
+    assert cloud.dataflow.calls("update_job") == [] and handle.id == record.job["id"]
+
+
+def test_the_plan_says_why(deployed):
+    _, record, _ = deployed
+    assert plan_rollout(config_of(), None, OLD_IMAGE, job_running=False).path == "new"
+    gone = plan_rollout(config_of(), record, OLD_IMAGE, job_running=False)
+    assert gone.path == "replace" and "no longer runs" in gone.why
+    region = plan_rollout(config_of("region=us-east4"), record, OLD_IMAGE, job_running=True)
+    assert region.path == "replace" and "region" in region.changed
+    local = plan_rollout(config_of("profile=local", "inference.max_batch_size=8"), record, OLD_IMAGE, True)
+    assert local.path == "replace" and "cannot update a job in place" in local.why
+    handle = JobHandle.model_validate(record.job)
+    assert handle.kind == "dataflow"

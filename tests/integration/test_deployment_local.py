@@ -1,0 +1,216 @@
+"""A persistent deployment on the local profile, end to end with the real Airflow (dag.test()), the emulators and
+a detached DirectRunner process: deploy v1, roll v2 weights out while prompts flow, replace the job for a changed
+option, roll a version that cannot load back, tear it all down. Every published prompt is answered."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from airflow.utils.state import DagRunState
+
+from gpuflow.naming import deployment_prefix, resource_names, run_prefix
+
+DEPLOYMENT = "gf-test-deploy"
+BUCKET = "gpuflow-deploy-test"
+
+
+@pytest.fixture(scope="module")
+def dags(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.helpers import ROOT
+
+    bag = DagBag(str(ROOT / "dags"))
+    return bag.dags["llm_streaming_inference"], bag.dags["llm_streaming_teardown"]
+
+
+def conf(local_config, model_dir: Path, **extra) -> dict:
+    local = local_config.local
+    return {
+        "local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
+        "local__storage_emulator_host": local.storage_emulator_host,
+        "bucket": BUCKET, "deployment__mode": "persistent", "deployment__name": DEPLOYMENT,
+        "deployment__refresh_interval_s": 1, "deployment__rollout_timeout_s": 90,
+        "model__name": str(model_dir), "model__max_new_tokens": 6, "inference__max_batch_size": 16,
+        **extra,
+    }
+
+
+class Traffic:
+    """Publishes a prompt every 0.2 s to the deployment's prompts topic, and collects every answer and dead letter
+    (on subscriptions of its own) with the model version each answer names."""
+
+    def __init__(self, local_config):
+        from google.cloud import pubsub_v1
+
+        self.config, self.project = local_config, local_config.project
+        self.publisher, self.subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        prefix = deployment_prefix(DEPLOYMENT)
+        self.topic = self.publisher.topic_path(self.project, f"{prefix}-prompts")
+        self.subscriptions = {}
+        for kind, topic in (("answers", "responses"), ("dead", "dead-letters")):
+            path = self.subscriber.subscription_path(self.project, f"test-traffic-{kind}")
+            self.subscriber.create_subscription(name=path, topic=self.publisher.topic_path(self.project,
+                                                                                        f"{prefix}-{topic}"))
+            self.subscriptions[kind] = path
+        self.sent: dict[str, float] = {}
+        self.answers: list[tuple[str, str, float]] = []  # (id, model version, received at)
+        self.dead: list[dict] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._publish, daemon=True),
+                         threading.Thread(target=self._collect, daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def _publish(self):
+        number = 0
+        while not self._stop.is_set():
+            prompt_id = f"load-{number}"
+            self.publisher.publish(self.topic, b"what is the capital of france", id=prompt_id).result()
+            self.sent[prompt_id] = time.time()
+            number += 1
+            time.sleep(0.2)
+
+    def _pull(self, kind: str):
+        response = self.subscriber.pull(subscription=self.subscriptions[kind], max_messages=100, timeout=5)
+        if response.received_messages:
+            self.subscriber.acknowledge(subscription=self.subscriptions[kind],
+                                        ack_ids=[m.ack_id for m in response.received_messages])
+        return [m.message for m in response.received_messages]
+
+    def _collect(self):
+        while not self._stop.is_set() or not self.all_answered():
+            for message in self._pull("answers"):
+                self.answers.append((message.attributes["id"], message.attributes["model"], time.time()))
+            for message in self._pull("dead"):
+                self.dead.append(json.loads(message.data))
+            if self._stop.is_set() and time.time() > self._stopped_at + 120:
+                break
+
+    def all_answered(self) -> bool:
+        answered = {prompt_id for prompt_id, _, _ in self.answers}
+        return all(prompt_id in answered for prompt_id in self.sent)
+
+    def stop(self):
+        self._stopped_at = time.time()
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=180)
+        for path in self.subscriptions.values():
+            self.subscriber.delete_subscription(subscription=path)
+
+    def versions_after(self, moment: float) -> set[str]:
+        """The versions that answered the prompts published after ``moment``."""
+        return {version for prompt_id, version, _ in self.answers if self.sent.get(prompt_id, 0) > moment}
+
+
+def new_weights(model_dir: Path, seed: int) -> None:
+    """The same model (config, tokenizer) with other weights: what a retraining exports."""
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration.from_pretrained(model_dir)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    model.save_pretrained(model_dir)
+
+
+def record(local_config) -> dict | None:
+    path = Path(local_config.local.state_dir) / "deployments" / f"{DEPLOYMENT}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def version_of(run) -> str:
+    from gpuflow.config import load_config
+
+    config = load_config(None, run.conf)
+    return resource_names(config, run_prefix("llm_streaming_inference", run.run_id)).model_version
+
+
+def states(run) -> dict:
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(dags, local_config, emulators,
+                                                                             tmp_path):
+    from gpuflow.demo_model import write_demo_model
+    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.steps.resources import list_named
+
+    serve, teardown = dags
+    model_dir = tmp_path / "model"
+    write_demo_model(model_dir, seed=0)
+
+    # 1. Deploy v1: a new deployment.
+    first = serve.test(run_conf=conf(local_config, model_dir))
+    assert first.state == DagRunState.SUCCESS, states(first)
+    v1 = version_of(first)
+    assert first.get_task_instance("preflight").xcom_pull(task_ids="preflight", key="gpuflow_rollout")["path"] == "new"
+    deployed = record(local_config)
+    assert deployed["model_version"] == v1 and deployed["changed_by"] == first.run_id
+
+    with emulator_environment(local_config):
+        traffic = Traffic(local_config)
+        try:
+            # 2. New weights of the same model while prompts flow: the running job switches, no new job.
+            new_weights(model_dir, seed=1)
+            second = serve.test(run_conf=conf(local_config, model_dir))
+            assert second.state == DagRunState.SUCCESS, states(second)
+            v2 = version_of(second)
+            plan = second.get_task_instance("preflight").xcom_pull(task_ids="preflight", key="gpuflow_rollout")
+            assert plan["path"] == "weights", plan
+            assert record(local_config)["job"] == deployed["job"]  # the same process serves on
+            assert record(local_config)["model_version"] == v2
+            switched_at = time.time()
+
+            # 3. A changed pipeline option: the local DirectRunner cannot update in place, so the job is replaced.
+            third = serve.test(run_conf=conf(local_config, model_dir, inference__max_batch_size=8))
+            assert third.state == DagRunState.SUCCESS, states(third)
+            plan = third.get_task_instance("preflight").xcom_pull(task_ids="preflight", key="gpuflow_rollout")
+            assert plan["path"] == "replace" and "inference.max_batch_size" in plan["changed"], plan
+            v3, replaced = version_of(third), record(local_config)
+            assert replaced["job"]["id"] != deployed["job"]["id"] and replaced["model_version"] == v3
+            replaced_at = time.time()
+
+            # 4. A version that cannot load (weights of another shape): the job keeps v3, the run fails, and the
+            # record stays as it was.
+            write_demo_model(model_dir, d_model=32, d_ff=64, d_kv=8)
+            fourth = serve.test(run_conf=conf(local_config, model_dir, inference__max_batch_size=8,
+                                              deployment__rollout_timeout_s=25))
+            assert fourth.state == DagRunState.FAILED
+            assert states(fourth)["smoke_test"] == "failed" and states(fourth)["cleanup"] == "success"
+            assert record(local_config) == replaced
+            rolled_back_at = time.time()
+            time.sleep(3)
+        finally:
+            traffic.stop()
+
+    # Every prompt published through all of it was answered; none was dead-lettered.
+    assert traffic.sent and traffic.all_answered(), sorted(set(traffic.sent) - {a[0] for a in traffic.answers})
+    assert traffic.dead == []
+    served = {version for _, version, _ in traffic.answers}
+    assert {v1, v2, v3} <= served and version_of(fourth) not in served
+    assert traffic.versions_after(switched_at) <= {v2, v3}
+    assert traffic.versions_after(replaced_at) == {v3}
+    assert traffic.versions_after(rolled_back_at) == {v3}
+
+    # 5. The teardown stops the job and deletes the deployment's topics, subscriptions, model and record.
+    down = teardown.test(run_conf={**conf(local_config, model_dir)})
+    assert down.state == DagRunState.SUCCESS, states(down)
+    assert record(local_config) is None
+    with emulator_environment(local_config):
+        assert list_named(local_config, LOCAL_CONN_ID, deployment_prefix(DEPLOYMENT)) == {"topics": [],
+                                                                                          "subscriptions": []}
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+        assert GCSHook(gcp_conn_id=LOCAL_CONN_ID).list(BUCKET, prefix="gpuflow/") == []
+    from gpuflow.emulators import process_alive
+
+    for job in (deployed["job"], replaced["job"]):
+        assert not process_alive(int(job["id"]))
