@@ -2,6 +2,7 @@
 runs them), the GCS emulator, the DirectRunner and the demo model. Answers are checked against model.generate."""
 
 import json
+import re
 
 import pendulum
 import pytest
@@ -110,7 +111,7 @@ def assert_answers_match_generate(answers, prompts_by_id, reference_generate):
     assert sorted(a["id"] for a in answers) == sorted(prompts_by_id)
     for answer in answers:
         assert answer["prompt"] == prompts_by_id[answer["id"]]
-        assert answer["model"] == "gpuflow-demo"
+        assert re.fullmatch(r"gpuflow-demo@gf-[0-9a-f]{10}", answer["model"])  # the version: the run's export
         assert answer["response"] == reference_generate(answer["prompt"], MAX_NEW_TOKENS), answer["id"]
 
 
@@ -230,6 +231,6 @@ def test_a_decoder_only_model_answers_a_date(dag, local_config, emulators, folde
     assert dead_letters == [] and summary["answered"] == len(prompts)
     assert sorted(a["id"] for a in answers) == sorted(prompts)
     for answer in answers:
-        assert answer["model"] == "gpuflow-demo-causal"
+        assert answer["model"] == f"gpuflow-demo-causal@{run_prefix(DAG_ID, run.run_id)}"
         assert answer["response"] == reference_generate_causal(answer["prompt"], MAX_NEW_TOKENS), answer["id"]
     no_leftovers(local_config, folders, run)

@@ -3,6 +3,7 @@
 the update request, the replace-then-drain order, and the rollbacks."""
 
 import json
+import os
 
 import pytest
 from google.cloud import dataflow_v1beta3
@@ -15,7 +16,6 @@ from gpuflow.platform.records import Records
 from gpuflow.rollout import DeploymentRecord, job_options, plan_rollout
 from gpuflow.steps.cleanup import request_stops
 from gpuflow.steps.deployment import promote, roll_back, update_in_place
-from gpuflow.steps.launch import pipeline_argv
 from tests.gcp_fakes import STREAMING_STARTS, FakeGoogleCloud, read_gcs
 from tests.helpers import GCP_TEST_PROJECT
 
@@ -31,6 +31,14 @@ def config_of(*overrides):
         "dataflow.poll_interval_s=0.001", *overrides])
 
 
+def running(cloud, handle: JobHandle) -> JobHandle:
+    """Advance a fake job to its running state, as Dataflow would by itself."""
+    while cloud.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=handle.id)).current_state != \
+            JobState.JOB_STATE_RUNNING:
+        pass
+    return handle
+
+
 @pytest.fixture
 def deployed(gcs_bucket, monkeypatch):
     """A recorded deployment whose job runs (the fake's), and the fakes under the provider's hooks."""
@@ -39,8 +47,7 @@ def deployed(gcs_bucket, monkeypatch):
     config = config_of()
     platform = GcpPlatform(config, clients=cloud)
     names = resource_names(config, "gf-0000000001")
-    old = cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name)
-    cloud.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=old.id))  # it runs
+    old = running(cloud, cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name))
     record = DeploymentRecord(
         name="chat", job=old.to_xcom(), job_name=old.name, subscription=names.prompts_subscription, image=OLD_IMAGE,
         model_version=names.model_version, model_dir_uri=names.model_dir_uri, state_dict_uri=names.state_dict_uri,
@@ -67,34 +74,59 @@ def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_i
     assert parameters.update is True
     assert parameters.job_name == record.job_name == handle.name  # the same name: Dataflow replaces that job
     assert dict(parameters.transform_name_mapping) == {"Validate": "ValidatePrompts"}
-    staged = read_gcs(cloud_env(), request.gcs_path)
-    assert NEW_IMAGE in staged and "--max-batch-size" in staged and names.model_version in staged
+    staged = staged_job(request)
+    assert staged["name"] == record.job_name
+    assert staged["environment"]["workerPools"][0]["workerHarnessContainerImage"] == NEW_IMAGE
+    assert staged["labels"] == {"gpuflow-deployment": "chat", "gpuflow-run": names.prefix}
+    # RunInference's automatic model refresh: WatchFilePattern on the deployment's pointer folder, as the side
+    # input of the inference step, with the pattern it watches in its display data.
+    pipeline = staged_pipeline(records.gcs, staged)
+    transforms = {t.unique_name: t for t in pipeline.components.transforms.values()}
+    assert any(name.startswith("WatchModelVersions/") for name in transforms)
+    assert any(side_inputs(t) for name, t in transforms.items() if name.startswith("RunInference/"))
 
     # The new version fails its smoke test: the record still names the old image, and an update restores it.
     result = roll_back(config, names, platform, rollout, handle, run_id="manual__second")
     assert result == {"rolled_back": True, "serving": record.model_version}
     first, second = cloud.dataflow.calls("launch_template")
     assert second.launch_parameters.update is True and second.launch_parameters.job_name == record.job_name
-    restored = read_gcs(cloud_env(), second.gcs_path)
-    assert OLD_IMAGE in restored and NEW_IMAGE not in restored and record.model_version in restored
+    restored = staged_job(second)
+    assert restored["environment"]["workerPools"][0]["workerHarnessContainerImage"] == OLD_IMAGE
     kept = records.read("chat")
     assert (kept.image, kept.model_version, kept.options) == (record.image, record.model_version, record.options)
     assert kept.job["id"] != record.job["id"]  # the restoring update's job serves now
 
 
-def cloud_env():
-    import os
+def staged_pipeline(gcs, staged: dict):
+    """The pipeline proto Beam staged with the job request."""
+    from apache_beam.portability.api import beam_runner_api_pb2
 
-    return dict(os.environ)
+    bucket, _, blob = staged["environment"]["sdkPipelineOptions"]["options"]["pipelineUrl"].removeprefix(
+        "gs://").partition("/")
+    return beam_runner_api_pb2.Pipeline.FromString(gcs.download(bucket, blob))
+
+
+def side_inputs(transform) -> list[str]:
+    """The side inputs of a ParDo in the pipeline proto."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    if transform.spec.urn != "beam:transform:pardo:v1":
+        return []
+    return list(beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload).side_inputs)
+
+
+def staged_job(request) -> dict:
+    """The job request Beam staged at the launch request's template path."""
+    return json.loads(read_gcs(dict(os.environ), request.gcs_path))
 
 
 def test_a_replacement_starts_first_and_the_old_job_is_drained_only_after_promotion(deployed):
     cloud, record, records = deployed
-    config = config_of("gpu.machine_type=g2-standard-8")
+    config = config_of("worker.disk_size_gb=100")
     platform = GcpPlatform(config, clients=cloud)
     names = resource_names(config, "gf-0000000003")
     rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
-    assert rollout.path == "replace" and "gpu.machine_type" in rollout.why
+    assert rollout.path == "replace" and "worker.disk_size_gb" in rollout.why
     new = cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name)  # launch's new job, on the same
     assert names.prompts_subscription == record.subscription                  # subscription
 
@@ -105,7 +137,7 @@ def test_a_replacement_starts_first_and_the_old_job_is_drained_only_after_promot
     assert stop.job_id == record.job["id"] and JobState(stop.job.requested_state) == JobState.JOB_STATE_DRAINED
     promoted = records.read("chat")
     assert promoted.job["id"] == new.id and promoted.model_version == names.model_version
-    assert promoted.options["gpu.machine_type"] == "g2-standard-8"
+    assert promoted.options["worker.disk_size_gb"] == 100
     # cleanup then stops nothing that serves: the new job is the record's.
     assert request_stops(names, platform, new, keep=promoted.job["id"]) == []
     assert [r.job_id for r in cloud.dataflow.calls("update_job")] == [record.job["id"]]
@@ -113,12 +145,11 @@ def test_a_replacement_starts_first_and_the_old_job_is_drained_only_after_promot
 
 def test_a_replacement_that_fails_its_smoke_test_is_cancelled_and_the_old_job_keeps_serving(deployed):
     cloud, record, records = deployed
-    config = config_of("gpu.machine_type=g2-standard-8")
+    config = config_of("worker.disk_size_gb=100")
     platform = GcpPlatform(config, clients=cloud)
     names = resource_names(config, "gf-0000000004")
     rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
-    new = cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name)
-    cloud.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=new.id))
+    new = running(cloud, cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name))
 
     result = roll_back(config, names, platform, rollout, new, run_id="manual__fourth")
     serving = records.read("chat")
@@ -143,7 +174,7 @@ def test_weights_that_fail_point_the_job_back_at_the_recorded_version(deployed):
     handle = roll_out_weights(config, names, platform, rollout)
     roll_back(config, names, platform, rollout, handle, run_id="manual__fifth")
 
-    folder = f"gpuflow/deployments/chat/live/"
+    folder = "gpuflow/deployments/chat/live/"
     pointers = sorted(records.gcs.list(BUCKET, prefix=folder))
     versions = [json.loads(records.gcs.download(BUCKET, name))["version"] for name in pointers]
     assert versions == [names.model_version, record.model_version]  # the newest points back

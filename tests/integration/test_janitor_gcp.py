@@ -1,0 +1,82 @@
+"""The janitor on the gcp profile: Dataflow faked at the client boundary, Pub/Sub and GCS on the emulators, run
+states from the real Airflow database. A run that died mid-launch (its setup done, its job started, its DAG run
+deleted) is found and removed exactly; a recorded deployment's topics and job stay."""
+
+import pytest
+from google.cloud import dataflow_v1beta3
+
+from gpuflow.config import load_config
+from gpuflow.naming import deployment_prefix, resource_names
+from gpuflow.platform import JobHandle
+from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.platform.records import Records
+from gpuflow.rollout import DeploymentRecord, job_options
+from gpuflow.steps.janitor import clean_up, find_leftovers
+from gpuflow.steps.resources import create_resources, delete_resources, list_named
+from tests.gcp_fakes import STREAMING_STARTS, FakeGoogleCloud
+from tests.helpers import GCP_TEST_PROJECT
+
+BUCKET = "gpuflow-janitor-gcp-test"
+JobState = dataflow_v1beta3.JobState
+
+
+def airflow_run_state(dag_id: str, run_id: str):
+    """What the janitor task asks the Task SDK for, read from this test's Airflow database."""
+    from airflow.models.dagrun import DagRun
+
+    runs = DagRun.find(dag_id=dag_id, run_id=run_id)
+    if not runs:
+        raise LookupError(f"no DAG run {dag_id} {run_id}")
+    return runs[0].state
+
+
+@pytest.fixture
+def cloud(gcs_bucket, monkeypatch, airflow_db):
+    gcs_bucket(BUCKET)
+    return FakeGoogleCloud().install(monkeypatch)
+
+
+def config_of(*overrides):
+    return load_config("configs/gcp.example.yaml", overrides=[
+        f"project={GCP_TEST_PROJECT}", f"bucket={BUCKET}", "dataflow.poll_interval_s=0.001", *overrides])
+
+
+def test_the_janitor_removes_a_killed_runs_job_topics_and_objects_and_keeps_a_recorded_deployment(cloud):
+    ephemeral, persistent = config_of(), config_of("deployment.mode=persistent", "deployment.name=chat")
+    platform = GcpPlatform(ephemeral, clients=cloud)
+    # A live deployment: created by a run that has finished (its own subscriptions and objects are gone).
+    deployer = resource_names(persistent, "gf-00000000aa")
+    create_resources(persistent, deployer, platform.conn_id, lease=("llm_streaming_inference", "manual__deployed"))
+    serving = cloud.dataflow.scripted_job(STREAMING_STARTS, name=deployer.job_name)
+    Records(persistent, platform.conn_id).write(DeploymentRecord(
+        name="chat", job=serving.to_xcom(), job_name=serving.name, subscription=deployer.prompts_subscription,
+        image="image", model_version=deployer.model_version, model_dir_uri=deployer.model_dir_uri,
+        state_dict_uri=deployer.state_dict_uri, options=job_options(persistent), changed_by="manual__deployed"))
+    delete_resources(persistent, deployer, platform.conn_id)
+    deployment_before = list_named(persistent, platform.conn_id, deployment_prefix("chat"))
+    # A run killed mid-launch: its setup ran, its job started, its DAG run was deleted.
+    killed = resource_names(ephemeral, "gf-00000000bb")
+    create_resources(ephemeral, killed, platform.conn_id, lease=("llm_streaming_inference", "manual__deleted"))
+    orphan = cloud.dataflow.scripted_job(STREAMING_STARTS, name=f"{killed.prefix}-llm-inference-us-central1-l4")
+    cloud.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=orphan.id))
+
+    leftovers = find_leftovers(ephemeral, platform, airflow_run_state)
+
+    assert [job["id"] for job in leftovers["jobs"]] == [orphan.id]
+    assert sorted(leftovers["topics"]) == sorted(killed.topics)
+    assert sorted(leftovers["subscriptions"]) == sorted(killed.subscriptions)
+    assert leftovers["prefixes"] == [f"gs://{BUCKET}/gpuflow/{killed.prefix}/"] and leftovers["buckets"] == []
+
+    for job in leftovers["jobs"]:
+        assert platform.request_stop(JobHandle.model_validate(job), drain=False)
+    clean_up(ephemeral, platform, leftovers)
+
+    (stop,) = cloud.dataflow.calls("update_job")
+    assert stop.job_id == orphan.id and JobState(stop.job.requested_state) == JobState.JOB_STATE_CANCELLED
+    assert list_named(ephemeral, platform.conn_id, killed.prefix) == {"topics": [], "subscriptions": []}
+    assert platform.clients.dataflow.jobs[serving.id].stopped_state is None
+    assert list_named(persistent, platform.conn_id, deployment_prefix("chat")) == deployment_before
+    assert find_leftovers(ephemeral, platform, airflow_run_state) == {
+        "jobs": [], "subscriptions": [], "topics": [], "buckets": [], "prefixes": []}
+    Records(persistent, platform.conn_id).delete("chat")
+    clean_up(persistent, platform, {"jobs": [], "buckets": [], "prefixes": [], **deployment_before})
