@@ -377,8 +377,6 @@ class JanitorConfig(_Section):
     """gpuflow_janitor: deletes what no running DAG run and no recorded deployment owns."""
 
     dry_run: bool = Field(False, description="List what would be deleted, and delete nothing.")
-    min_age_s: float = Field(3600, ge=0, description=(
-        "Leave alone what is younger than this and has no run record yet (a run that is just starting)."))
 
 
 #: Fields whose shape a regular expression checks: field -> (pattern, what the message says).

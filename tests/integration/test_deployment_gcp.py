@@ -180,16 +180,3 @@ def test_weights_that_fail_point_the_job_back_at_the_recorded_version(deployed):
     assert versions == [names.model_version, record.model_version]  # the newest points back
     assert records.read("chat") == record
     assert cloud.dataflow.calls("update_job") == [] and handle.id == record.job["id"]
-
-
-def test_the_plan_says_why(deployed):
-    _, record, _ = deployed
-    assert plan_rollout(config_of(), None, OLD_IMAGE, job_running=False).path == "new"
-    gone = plan_rollout(config_of(), record, OLD_IMAGE, job_running=False)
-    assert gone.path == "replace" and "no longer runs" in gone.why
-    region = plan_rollout(config_of("region=us-east4"), record, OLD_IMAGE, job_running=True)
-    assert region.path == "replace" and "region" in region.changed
-    local = plan_rollout(config_of("profile=local", "inference.max_batch_size=8"), record, OLD_IMAGE, True)
-    assert local.path == "replace" and "cannot update a job in place" in local.why
-    handle = JobHandle.model_validate(record.job)
-    assert handle.kind == "dataflow"

@@ -20,3 +20,22 @@ def test_configured_bucket_is_shared_and_only_the_prefix_is_the_runs():
     names = resource_names(GpuflowConfig(bucket="team-bucket"), "gf-abc")
     assert names.bucket == "team-bucket" and not names.bucket_is_run_scoped
     assert names.model_dir_uri == "gs://team-bucket/gpuflow/gf-abc/model"
+
+
+def test_a_persistent_run_serves_on_its_deployments_topics_and_owns_only_its_smoke_subscriptions():
+    from gpuflow.config import load_config
+    from gpuflow.naming import resource_names
+
+    for profile, job_subscription in (("gcp", "gfd-chat-prompts-sub"), ("local", "gfd-chat-prompts-sub-0123456789")):
+        config = load_config(None, overrides=[f"profile={profile}", "project=gpuflow-unit-test", "bucket=bkt",
+                                              "deployment.mode=persistent", "deployment.name=chat"])
+        names = resource_names(config, "gf-0123456789")
+        assert names.topics == ["gfd-chat-prompts", "gfd-chat-responses", "gfd-chat-dead-letters"]
+        assert names.run_topics == []
+        assert names.prompts_subscription == job_subscription
+        assert sorted(names.run_subscriptions) == ["gf-0123456789-dead-letters-sub", "gf-0123456789-responses-sub"]
+        assert names.model_dir_uri == "gs://bkt/gpuflow/deployments/chat/versions/gf-0123456789"
+        assert names.model_version == "gpuflow-demo@gf-0123456789"
+        assert names.job_name.startswith("gfd-chat-0123456789-")
+    ephemeral = resource_names(load_config(None), "gf-0123456789")
+    assert ephemeral.run_topics == ephemeral.topics and ephemeral.deployment is None

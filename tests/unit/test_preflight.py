@@ -29,6 +29,9 @@ def test_default_configuration_has_no_config_findings():
         (["inference.max_batch_duration_secs=0"], "inference.max_batch_duration_secs", "warning", "about 1 second"),
         (["model.name=/does/not/exist"], "model.name", "error", "save_pretrained"),
         (["model.name=google/flan-t5-small"], "model.name", "warning", "gpuflow-demo"),
+        (["deployment.mode=persistent"], "bucket", "error", "a bucket that stays"),
+        (["deployment.mode=persistent", "bucket=bkt", "export.model_dir=gs://bkt/m"], "export.model_dir",
+         "warning", "leave export.model_dir empty"),
     ],
 )
 def test_each_rule_reports_its_field_and_fix(overrides, field, level, fix_words):

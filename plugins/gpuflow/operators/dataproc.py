@@ -54,7 +54,8 @@ class DataprocBatchOperator(GpuflowStepOperator):
         batch_id = batch_id_for(names_for(context, config).prefix)
         context["ti"].xcom_push(key=DataprocBatchLink.source_key,
                                 value=dataproc_batch_url(config.project, config.region, batch_id))
-        self._operation_name = create_gcp_batch(config, batch_id, names_for(context, config).prefix)
+        self._operation_name = create_gcp_batch(config, batch_id, names_for(context, config).prefix,
+                                                lease=(context["dag"].dag_id, context["run_id"]))
         if self._operation_name:
             context["ti"].xcom_push(key="operation", value=self._operation_name)
         log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, config.dataproc.timeout_s)

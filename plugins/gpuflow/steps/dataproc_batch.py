@@ -65,14 +65,20 @@ def _hook(config: GpuflowConfig):
     return DataprocHook(gcp_conn_id=config.gcp_conn_id)
 
 
-def staged_main_file_uri(config: GpuflowConfig, prefix: str) -> str:
-    """gs:// files are used as they are; a project file is uploaded to the bucket under the run's prefix."""
+def staged_main_file_uri(config: GpuflowConfig, prefix: str, lease: tuple[str, str] | None = None) -> str:
+    """gs:// files are used as they are; a project file is uploaded to the bucket under the run's prefix, after the
+    run's lease (``lease``: dag_id, run_id), so that gpuflow_janitor leaves it alone while the run runs."""
     if config.dataproc.main_python_file.startswith("gs://"):
         return config.dataproc.main_python_file
     if not config.bucket:
         raise BatchFailed("a local main_python_file needs a bucket to stage it. Fix: set bucket, or a gs:// file.")
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
+    if lease:
+        from gpuflow.naming import resource_names
+        from gpuflow.platform.records import Records
+
+        Records(config, config.gcp_conn_id).write_lease(resource_names(config, prefix), *lease)
     object_name = f"gpuflow/{prefix}/spark_jobs/{main_file(config).name}"
     GCSHook(gcp_conn_id=config.gcp_conn_id).upload(config.bucket, object_name, filename=str(main_file(config)))
     return f"gs://{config.bucket}/{object_name}"
@@ -88,14 +94,15 @@ def read_driver_output(config: GpuflowConfig, output_uri: str) -> str:
                    for name in sorted(gcs.list(bucket, prefix=prefix)))
 
 
-def create_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str) -> str | None:
+def create_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str,
+                     lease: tuple[str, str] | None = None) -> str | None:
     """Create the batch with the provider's DataprocHook, without waiting; return its operation's name (None when
     a retry of this run finds the batch there already). The task then defers until the batch ends."""
     from google.api_core.exceptions import AlreadyExists
 
     from gpuflow.dataproc import build_batch
 
-    batch = build_batch(config, staged_main_file_uri(config, prefix), labels={"gpuflow-run": prefix})
+    batch = build_batch(config, staged_main_file_uri(config, prefix, lease), labels={"gpuflow-run": prefix})
     log.info("submitting Dataproc batch %s in %s with %s", batch_id, config.region, dict(batch.runtime_config.properties))
     try:
         operation = _hook(config).create_batch(region=config.region, project_id=config.project, batch=batch,
