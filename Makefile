@@ -45,7 +45,7 @@ $(CHROMIUM):
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
 
 test: venv lint browser
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 bench: venv
 	$(BIN)/gpuflow emulators run -- $(BIN)/python benchmarks/inference_throughput.py

@@ -181,8 +181,8 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         neither WatchFilePattern's splittable DoFn nor a global-window side input in streaming). Every
         ``refresh_poll_s`` it reads the same pointer folder, and switches the shared model in place when a pointer
         newer than the job appeared: the same ``update_model_path`` and ``load_model`` as on Dataflow."""
-        if not self.refresh_poll_s or time.monotonic() < self._next_poll:
-            return
+        if not self.refresh_poll_s or time.monotonic() < self._next_poll or not isinstance(loaded, LoadedModel):
+            return  # (a model shared across processes is a proxy: Beam's side input reloads it, polling cannot)
         self._next_poll = time.monotonic() + self.refresh_poll_s
         with _REFRESH_LOCK:
             newest = next(reversed([p for p in list_files(self.refresh_folder, ".json")
@@ -211,11 +211,12 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
                             "reason": "inference_failed"}]
             else:
                 log.warning("gpuflow: batch of %d failed (%s); retrying prompts one by one", len(batch), batch_error)
-                answers = [next(iter(self.run_inference([element], model))).inference for element in batch]
+                alone = [next(iter(self.run_inference([element], model))).inference for element in batch]
+                answers = [one if isinstance(one, dict) else one[:2] for one in alone]  # (text, tokens)
         # model_id: the model version that answered (each answer carries it); the inference: (text, tokens
         # generated, batch size), or an error.
         return [PredictionResult(element, answer if isinstance(answer, dict) else (*answer, len(batch)),
-                                 model_id=model.version)
+                                 model_id=model.version_id())
                 for element, answer in zip(batch, answers, strict=True)]
 
     def get_metrics_namespace(self) -> str:

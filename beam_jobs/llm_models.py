@@ -198,6 +198,10 @@ class LoadedModel:
         self.model, self.tokenizer, self.device, self.architecture = model, tokenizer, device, architecture
         self.version = version  # the model version id each answer carries
 
+    def version_id(self) -> str:
+        """The version id (a method, so that a copy shared across processes answers it through its proxy)."""
+        return self.version
+
     def generate(self, token_lists: Sequence[list[int]], max_new_tokens: int) -> list[str]:
         """Greedy answers for a batch, padded with an attention mask, in one ``generate`` call."""
         return [text for text, _ in self.generate_counted(token_lists, max_new_tokens)]

@@ -1,10 +1,19 @@
 """A persistent deployment on the local profile, end to end with the real Airflow (dag.test()), the emulators and
 a detached DirectRunner process: deploy v1, roll v2 weights out while prompts flow, replace the job for a changed
-option, roll a version that cannot load back, tear it all down. Every published prompt is answered."""
+option, roll a version that cannot load back, tear it all down. Every published prompt is answered.
+
+On the way, gpuflow_janitor meets a run killed mid-launch (its pipeline process, topics, subscriptions and bucket
+left, its DAG run deleted): it lists exactly those in a dry run, then deletes exactly those, and leaves the live
+deployment alone. (One test, so that the deployment is made once.)"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -25,7 +34,7 @@ def dags(airflow_db):
     from tests.helpers import ROOT
 
     bag = DagBag(str(ROOT / "dags"))
-    return bag.dags["llm_streaming_inference"], bag.dags["llm_streaming_teardown"]
+    return bag.dags["llm_streaming_inference"], bag.dags["llm_streaming_teardown"], bag.dags["gpuflow_janitor"]
 
 
 def conf(local_config, model_dir: Path, **extra) -> dict:
@@ -108,6 +117,46 @@ class Traffic:
         return {version for prompt_id, version, _ in self.answers if self.sent.get(prompt_id, 0) > moment}
 
 
+def local_conf(local_config, **extra) -> dict:
+    local = local_config.local
+    return {"local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
+            "local__storage_emulator_host": local.storage_emulator_host, "model__max_new_tokens": 4, **extra}
+
+
+def kill_a_run_mid_launch(local_config, state_dir: Path) -> str:
+    """Run llm_streaming_inference in a process of its own, and SIGKILL it once its pipeline process has started
+    (the launch task waits for it to run): what a worker that died mid-launch leaves. Returns the run's prefix."""
+    before = set(state_dir.glob("*-pipeline.pid"))
+    script = textwrap.dedent(f"""
+        import json, sys
+        from airflow.dag_processing.dagbag import DagBag
+        dag = DagBag({str(Path(__file__).resolve().parents[2] / "dags")!r}).dags["llm_streaming_inference"]
+        dag.test(run_conf=json.loads(sys.argv[1]))
+    """)
+    import json
+
+    log = open(state_dir / "killed-run.log", "wb")  # noqa: SIM115 - the run's output, for a failure's reader
+    worker = subprocess.Popen([sys.executable, "-c", script, json.dumps(local_conf(local_config))],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (started := set(state_dir.glob("*-pipeline.pid")) - before):
+        assert worker.poll() is None and time.monotonic() < deadline, "the run ended before its launch"
+        time.sleep(0.2)
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    (pid_file,) = started
+    return pid_file.name.removesuffix("-pipeline.pid")
+
+
+def delete_dag_run(run_id: str) -> None:
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    with create_session() as session:
+        session.execute(delete(DagRun).where(DagRun.run_id == run_id))
+
+
 def new_weights(model_dir: Path, seed: int) -> None:
     """The same model (config, tokenizer) with other weights: what a retraining exports."""
     import torch
@@ -137,13 +186,55 @@ def states(run) -> dict:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
+def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config, live: dict) -> None:
+    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment, process_alive
+    from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.platform.records import Records
+    from gpuflow.steps.resources import list_named, list_run_resources
+
+    state_dir = Path(local_config.local.state_dir)
+
+    killed = resource_names(local_config, kill_a_run_mid_launch(local_config, state_dir))
+    pid = int((state_dir / f"{killed.prefix}-pipeline.pid").read_text())
+    with emulator_environment(local_config):
+        lease = Records(local_config, LOCAL_CONN_ID).read_lease(killed.prefix)
+        left = list_run_resources(local_config, killed, LOCAL_CONN_ID)
+        live_before = list_named(local_config, LOCAL_CONN_ID, deployment_prefix(DEPLOYMENT))
+    assert len(left["topics"]) == 3 and len(left["subscriptions"]) == 3 and left["buckets"] == [killed.bucket]
+    assert process_alive(pid)
+    assert lease["dag_id"] == "llm_streaming_inference"
+    assert run_prefix(lease["dag_id"], lease["run_id"]) == killed.prefix
+    delete_dag_run(lease["run_id"])
+
+    janitor_conf = {**local_conf(local_config), "bucket": BUCKET}
+    dry = janitor.test(run_conf={**janitor_conf, "janitor__dry_run": True})
+    assert dry.state == DagRunState.SUCCESS
+    listed = dry.get_task_instance("janitor").xcom_pull(task_ids="janitor")
+    assert listed["dry_run"] is True
+    assert [job["id"] for job in listed["jobs"]] == [str(pid)]
+    assert sorted(listed["topics"]) == sorted(left["topics"])
+    assert sorted(listed["subscriptions"]) == sorted(left["subscriptions"])
+    assert listed["buckets"] == [killed.bucket] and listed["prefixes"] == []
+    assert process_alive(pid)  # a dry run deletes nothing
+
+    swept = janitor.test(run_conf={**janitor_conf, "janitor__dry_run": False})
+    assert swept.state == DagRunState.SUCCESS
+    assert not process_alive(pid)
+    with emulator_environment(local_config):
+        assert list_run_resources(local_config, killed, LOCAL_CONN_ID) == {"topics": [], "subscriptions": [],
+                                                                          "buckets": []}
+        assert list_named(local_config, LOCAL_CONN_ID, deployment_prefix(DEPLOYMENT)) == live_before
+        assert Records(local_config, LOCAL_CONN_ID).read(DEPLOYMENT).model_dump(mode="json") == live
+    assert process_alive(int(live["job"]["id"]))
+
+
 def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(dags, local_config, emulators,
                                                                              tmp_path):
     from gpuflow.demo_model import write_demo_model
     from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.steps.resources import list_named
 
-    serve, teardown = dags
+    serve, teardown, janitor = dags
     model_dir = tmp_path / "model"
     write_demo_model(model_dir, seed=0)
 
@@ -182,7 +273,7 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
             # record stays as it was.
             write_demo_model(model_dir, d_model=32, d_ff=64, d_kv=8)
             fourth = serve.test(run_conf=conf(local_config, model_dir, inference__max_batch_size=8,
-                                              deployment__rollout_timeout_s=25))
+                                              deployment__rollout_timeout_s=12))
             assert fourth.state == DagRunState.FAILED
             assert states(fourth)["smoke_test"] == "failed" and states(fourth)["cleanup"] == "success"
             assert record(local_config) == replaced
@@ -199,6 +290,9 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
     assert traffic.versions_after(switched_at) <= {v2, v3}
     assert traffic.versions_after(replaced_at) == {v3}
     assert traffic.versions_after(rolled_back_at) == {v3}
+
+    # The janitor, beside the live deployment: a run killed mid-launch, whose DAG run is then deleted.
+    the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config, record(local_config))
 
     # 5. The teardown stops the job and deletes the deployment's topics, subscriptions, model and record.
     down = teardown.test(run_conf={**conf(local_config, model_dir)})

@@ -20,6 +20,9 @@ class RecordingTI:
     def xcom_push(self, key, value):
         self.pushed[key] = value
 
+    def xcom_pull(self, task_ids=None, key="return_value"):
+        return self.pushed.get(key)  # the launch reads preflight's rollout plan: none, an ephemeral run
+
 
 def test_on_kill_stops_the_pipeline_process(local_config, emulators):
     names = resource_names(local_config, "gf-onkill")
