@@ -91,7 +91,6 @@ SECTIONS = {
         Section("Local profile", "local_settings", ("local.",)),
         Section("Dataproc batch", "dataproc_settings", ("dataproc.",)),
         Section("Deployment", "deployment_settings", ("deployment.",)),
-        Section("Janitor", "janitor_settings", ("janitor.",)),
         # batch.schedule and batch.catchup are the DAG's own, read when it is parsed: no run can change them.
         Section("Batch", "batch_settings", ("batch.input", "batch.output", "batch.dead_letter_output",
                                             "batch.missing_input", "batch.input_wait_s",
@@ -121,7 +120,7 @@ LAYOUTS = {
     ),
     "gpuflow_janitor": FormLayout(
         "configs/local.yaml", ("profile", "project", "region", "bucket", "janitor.dry_run"),
-        ("Janitor", "Local profile"),
+        ("Dataflow workers", "Local profile"),
     ),
     "llm_batch_inference": FormLayout(
         "configs/local.yaml",

@@ -53,7 +53,7 @@ def test_dagbag_loads_without_import_errors():
     janitor = bag.dags["gpuflow_janitor"]
     assert [t.task_id for t in janitor.topological_sort()] == ["preflight", "janitor"]
     assert {"deployment__name"} <= set(bag.dags["llm_streaming_teardown"].params)
-    assert {"janitor__dry_run", "janitor_settings"} <= set(janitor.params)
+    assert {"janitor__dry_run", "workers_settings"} <= set(janitor.params)
     assert "batch.schedule" not in batch.params["batch_settings"]  # the DAG's own, read when parsed
     assert batch.timetable.expression == "0 0 * * *" and batch.catchup is False  # @daily
     assert type(batch.timetable).__name__ == "CronDataIntervalTimetable"  # ds: the day that has just ended
