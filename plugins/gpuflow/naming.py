@@ -37,6 +37,7 @@ class ResourceNames(BaseModel):
     model_dir_uri: str  # the exported model: under the run's prefix, or export.model_dir (kept across runs)
     deployment: str | None = None  # persistent mode: the deployment whose topics and job the run serves on
     job_prefix: str = ""  # what the run's streaming job name starts with (the run prefix, or the deployment's)
+    model_version: str = ""  # the id each answer of the model this run exported carries: <model name>@<run prefix>
 
     @property
     def run_topics(self) -> list[str]:
@@ -51,12 +52,6 @@ class ResourceNames(BaseModel):
         return {self.responses_subscription: self.responses_topic,
                 self.dead_letter_subscription: self.dead_letter_topic}
 
-    @property
-    def model_version(self) -> str:
-        """The id each answer of the model exported by this run carries."""
-        return f"{self.model_label.rstrip('/').rsplit('/', 1)[-1]}@{self.prefix}"
-
-    model_label: str = ""
 
     @property
     def topics(self) -> list[str]:
@@ -146,5 +141,5 @@ def _run_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
         job_name=f"{prefix}-llm-inference",
         model_dir_uri=config.export.model_dir or f"gs://{bucket}/gpuflow/{prefix}/model",
         job_prefix=prefix,
-        model_label=config.model.name,
+        model_version=f"{config.model.name.rstrip('/').rsplit('/', 1)[-1]}@{prefix}",
     )

@@ -126,13 +126,16 @@ def roll_back(config: GpuflowConfig, names: ResourceNames, platform: Platform, r
     if record is None:
         log.warning("deployment %s: its first version did not take over; nothing was recorded", names.deployment)
         return {"rolled_back": True, "serving": None}
-    if rollout.path == "weights" and pushed is not None:
+    if pushed is None:  # the run stopped before its launch: nothing serving was touched
+        pass
+    elif rollout.path == "weights":
         records.write_pointer(names.deployment, record.model_version, record.model_dir_uri, record.state_dict_uri)
     elif rollout.path == "update":
         from gpuflow.steps.launch import pipeline_argv
 
         restored = restored_config(config, record)
-        old_names = names.model_copy(update={"model_dir_uri": record.model_dir_uri})
+        old_names = names.model_copy(update={"model_dir_uri": record.model_dir_uri,
+                                             "model_version": record.model_version})
         handle = platform.update_pipeline(pipeline_argv(restored, old_names), old_names, record.image,
                                           record.job_name, config.deployment.transform_name_mapping)
         records.write(record.model_copy(update={"job": handle.to_xcom(), "url": handle.url}), expected=record)
