@@ -126,7 +126,7 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         self.require_gpu = require_gpu
         self.architecture = architecture
         # The version the job starts with; a deployment's rollout may switch it (update_model_path, or polling).
-        self.launch_version = ModelVersion(model_version or model_name, model_name, state_dict_path)
+        self.launch_version = ModelVersion(model_version or model_name, state_dict_path)
         self._requested: str | None = None  # the pointer Beam's model refresh handed over last
         self._serving: ModelVersion | None = None  # the version that loaded last, the fallback of a bad one
         self.refresh_folder, self.refresh_poll_s = refresh_folder, refresh_poll_s
@@ -172,9 +172,7 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
             "gpuflow: model loaded (%s) on %s in %s from %s in %.1fs, version %s", architecture, device, dtype,
             version.state_dict_path, time.monotonic() - started, version.version,
         )
-        loaded = LoadedModel(model, load_tokenizer(model_dir), device, architecture, version.version)
-        loaded.source = version
-        return loaded
+        return LoadedModel(model, load_tokenizer(model_dir), device, architecture, version)
 
     def _polled(self, loaded: LoadedModel) -> None:
         """``refresh_poll_s``: the local profile's stand-in for the side input (Beam's legacy DirectRunner can run
@@ -187,7 +185,7 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         with _REFRESH_LOCK:
             newest = next(reversed([p for p in list_files(self.refresh_folder, ".json")
                                     if pointer_written_at(p) > self._launched_at]), None)
-            if newest is None or newest in self._tried_pointers or newest == getattr(loaded, "pointer", None):
+            if newest is None or newest in self._tried_pointers or newest == loaded.pointer:
                 return
             self._tried_pointers.add(newest)
             self._serving = loaded.source  # this DoFn's handler may not be the one that loaded the shared model

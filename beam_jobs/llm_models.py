@@ -81,19 +81,19 @@ def list_files(folder: str, suffix: str) -> list[str]:
 
 
 class ModelVersion:
-    """One version of a served model: its folder (config, tokenizer), its weights and its id, the id each answer
-    carries. A deployment's rollout writes a *pointer* (a small JSON file of these three) into the folder that
-    RunInference watches, so that switching versions, or back, is writing one new file."""
+    """One version of a served model: its id (the id each answer carries) and its weights. A deployment's rollout
+    writes a *pointer* (a small JSON file: the id, the weights, and for a person the version's folder) into the
+    folder that RunInference watches, so that switching versions, or back, is writing one new file."""
 
-    def __init__(self, version: str, model_dir: str, state_dict_path: str):
-        self.version, self.model_dir, self.state_dict_path = version, model_dir, state_dict_path
+    def __init__(self, version: str, state_dict_path: str):
+        self.version, self.state_dict_path = version, state_dict_path
 
     @classmethod
     def from_pointer(cls, uri: str) -> "ModelVersion":
         import json
 
         pointer = json.loads(read_text(uri))
-        return cls(pointer["version"], pointer["model_dir"], pointer["state_dict_path"])
+        return cls(pointer["version"], pointer["state_dict_path"])
 
     def __repr__(self) -> str:
         return f"ModelVersion({self.version!r})"
@@ -194,9 +194,16 @@ class LoadedModel:
     begins, and the answer is the new tokens alone, never the echoed prompt.
     """
 
-    def __init__(self, model, tokenizer, device: str, architecture: str = "seq2seq", version: str = ""):
+    def __init__(self, model, tokenizer, device: str, architecture: str = "seq2seq",
+                 source: ModelVersion | None = None):
         self.model, self.tokenizer, self.device, self.architecture = model, tokenizer, device, architecture
-        self.version = version  # the model version id each answer carries
+        self.source = source  # the version whose weights these are
+        self.pointer: str | None = None  # the version pointer a deployment's job switched it to, if any
+
+    @property
+    def version(self) -> str:
+        """The model version id each answer carries."""
+        return self.source.version if self.source else ""
 
     def version_id(self) -> str:
         """The version id (a method, so that a copy shared across processes answers it through its proxy)."""

@@ -54,6 +54,12 @@ class ResourceNames(BaseModel):
 
 
     @property
+    def owns_job_subscription(self) -> bool:
+        """A deployment's run on the local profile reads prompts through a subscription of its own (its name ends
+        with the run's id): the run deletes it unless its job took over."""
+        return bool(self.deployment) and self.prompts_subscription.endswith("-" + self.prefix.removeprefix("gf-"))
+
+    @property
     def topics(self) -> list[str]:
         return [self.prompts_topic, self.responses_topic, self.dead_letter_topic]
 

@@ -120,12 +120,16 @@ def staged_job(request) -> dict:
     return json.loads(read_gcs(dict(os.environ), request.gcs_path))
 
 
+def replacing(cloud, record, prefix: str):
+    """A run whose changed worker disk replaces the recorded job: its config, platform, names and plan."""
+    config = config_of("worker.disk_size_gb=100")
+    names = resource_names(config, prefix)
+    return config, GcpPlatform(config, clients=cloud), names, plan_rollout(config, record, OLD_IMAGE, job_running=True)
+
+
 def test_a_replacement_starts_first_and_the_old_job_is_drained_only_after_promotion(deployed):
     cloud, record, records = deployed
-    config = config_of("worker.disk_size_gb=100")
-    platform = GcpPlatform(config, clients=cloud)
-    names = resource_names(config, "gf-0000000003")
-    rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
+    config, platform, names, rollout = replacing(cloud, record, "gf-0000000003")
     assert rollout.path == "replace" and "worker.disk_size_gb" in rollout.why
     new = cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name)  # launch's new job, on the same
     assert names.prompts_subscription == record.subscription                  # subscription
@@ -145,10 +149,7 @@ def test_a_replacement_starts_first_and_the_old_job_is_drained_only_after_promot
 
 def test_a_replacement_that_fails_its_smoke_test_is_cancelled_and_the_old_job_keeps_serving(deployed):
     cloud, record, records = deployed
-    config = config_of("worker.disk_size_gb=100")
-    platform = GcpPlatform(config, clients=cloud)
-    names = resource_names(config, "gf-0000000004")
-    rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
+    config, platform, names, rollout = replacing(cloud, record, "gf-0000000004")
     new = running(cloud, cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name))
 
     result = roll_back(config, names, platform, rollout, new, run_id="manual__fourth")

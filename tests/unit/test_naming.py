@@ -33,9 +33,11 @@ def test_a_persistent_run_serves_on_its_deployments_topics_and_owns_only_its_smo
         assert names.topics == ["gfd-chat-prompts", "gfd-chat-responses", "gfd-chat-dead-letters"]
         assert names.run_topics == []
         assert names.prompts_subscription == job_subscription
+        assert names.owns_job_subscription is (profile == "local")
         assert sorted(names.run_subscriptions) == ["gf-0123456789-dead-letters-sub", "gf-0123456789-responses-sub"]
         assert names.model_dir_uri == "gs://bkt/gpuflow/deployments/chat/versions/gf-0123456789"
         assert names.model_version == "gpuflow-demo@gf-0123456789"
         assert names.job_name.startswith("gfd-chat-0123456789-")
     ephemeral = resource_names(load_config(None), "gf-0123456789")
     assert ephemeral.run_topics == ephemeral.topics and ephemeral.deployment is None
+    assert not ephemeral.owns_job_subscription

@@ -137,7 +137,7 @@ class BatchCleanupOperator(CleanupOperator):
     """Cleanup of a batch run: its bucket or prefix (it has no Pub/Sub), and its staging folders (left by a job or a
     publish that failed)."""
 
-    def delete_resources(self, config, names, platform, stopped):
+    def delete_resources(self, context, config, names, platform, stopped):
         from gpuflow.steps.batch import discard_staging
         from gpuflow.steps.cleanup import delete_run_resources
 

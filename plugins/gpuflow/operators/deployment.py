@@ -76,7 +76,7 @@ class TeardownOperator(CleanupOperator):
         stopping = [job for job in jobs.values() if platform.request_stop(job)]
         return self._next(context, config, names, platform, [job.to_xcom() for job in stopping], [])
 
-    def delete_resources(self, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+    def delete_resources(self, context, config, names, platform, stopped: list[str]) -> dict[str, Any]:
         from gpuflow.naming import deployment_name
         from gpuflow.steps.deployment import tear_down
 
@@ -104,18 +104,10 @@ class JanitorOperator(CleanupOperator):
         stopping = [job for job in jobs if platform.request_stop(job, drain=False)]
         return self._next(context, config, names, platform, [job.to_xcom() for job in stopping], [])
 
-    def delete_resources(self, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+    def delete_resources(self, context, config, names, platform, stopped: list[str]) -> dict[str, Any]:
         from gpuflow.steps.janitor import clean_up
 
-        leftovers = self._context["ti"].xcom_pull(task_ids=self.task_id, key=self.LEFTOVERS_KEY)
+        leftovers = context["ti"].xcom_pull(task_ids=self.task_id, key=self.LEFTOVERS_KEY)
         clean_up(config, platform, leftovers)
         log.info("the janitor deleted all of it (jobs stopped: %s)", stopped or "none")
         return {"dry_run": False, "stopped_jobs": stopped, **leftovers}
-
-    def execute(self, context: Any) -> Any:
-        self._context = context
-        return super().execute(context)
-
-    def resume(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-        self._context = context
-        return super().resume(context, event, **kwargs)

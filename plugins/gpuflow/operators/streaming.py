@@ -324,9 +324,9 @@ class CleanupOperator(GpuflowStepOperator):
             stopped.append(handle.id)
             if handle.kind == "dataflow":  # local processes are stopped already
                 self.defer_on(context, config, platform, handle, "stopped", stopping=stopping, stopped=stopped)
-        return self.delete_resources(config, names, platform, stopped)
+        return self.delete_resources(context, config, names, platform, stopped)
 
-    def delete_resources(self, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+    def delete_resources(self, context, config, names, platform, stopped: list[str]) -> dict[str, Any]:
         """Once the run's jobs have stopped: what else of the run goes."""
         from gpuflow.steps.cleanup import delete_run_resources
 

@@ -55,28 +55,27 @@ class Records:
         return f"{deployment_folder(self.config, name)}/deployment.json"
 
     def read(self, name: str) -> DeploymentRecord | None:
+        return self._current(name)[0]
+
+    def _current(self, name: str) -> tuple[DeploymentRecord | None, int]:
+        """The record and, on gcp, the object's generation, read together (0: there is none)."""
         location = self.record_location(name)
         if self.config.profile == "local":
             try:
-                text = Path(location).read_text()
+                return DeploymentRecord.model_validate_json(Path(location).read_text()), 0
             except FileNotFoundError:
-                return None
-        else:
-            blob = self._blob(location)
-            if not blob.exists():
-                return None
-            text = blob.download_as_text()
-        return DeploymentRecord.model_validate_json(text)
-
-    def _blob(self, uri: str):
-        bucket, name = _split(uri)
-        return self.gcs.get_conn().bucket(bucket).blob(name)
+                return None, 0
+        bucket, blob_name = _split(location)
+        blob = self.gcs.get_conn().bucket(bucket).get_blob(blob_name)  # its metadata, generation included
+        if blob is None:
+            return None, 0
+        return DeploymentRecord.model_validate_json(blob.download_as_text()), blob.generation
 
     def write(self, record: DeploymentRecord, expected: DeploymentRecord | None = None) -> str:
         """Replace the record whole. ``expected``: the record this run read; a different one there now fails."""
         location = self.record_location(record.name)
         text = record.model_dump_json(indent=2)
-        current = self.read(record.name)
+        current, generation = self._current(record.name)
         if (current and current.changed_at) != (expected and expected.changed_at):
             raise RecordConflict(f"the record of deployment {record.name} ({location}) changed while this run ran "
                                  f"(now: {current and current.changed_by}). Fix: run again; the deployment is as the "
@@ -88,10 +87,10 @@ class Records:
             staging.write_text(text)
             os.replace(staging, path)  # atomic on one filesystem: a reader sees the old record or the new one
         else:
-            blob = self._blob(location)
-            # if_generation_match 0: only if absent; else only if it is still the generation this run read.
-            generation = blob.bucket.get_blob(blob.name).generation if current else 0
-            blob.upload_from_string(text, content_type="application/json", if_generation_match=generation)
+            bucket, blob_name = _split(location)
+            # if_generation_match 0: only if absent; else only if it is still the generation just compared.
+            self.gcs.get_conn().bucket(bucket).blob(blob_name).upload_from_string(
+                text, content_type="application/json", if_generation_match=generation)
         log.info("deployment %s recorded at %s: job %s, model version %s", record.name, location, record.job_name,
                  record.model_version)
         return location
@@ -101,8 +100,9 @@ class Records:
         if self.config.profile == "local":
             Path(location).unlink(missing_ok=True)
         else:
-            blob = self._blob(location)
-            if blob.exists():
+            bucket, blob_name = _split(location)
+            blob = self.gcs.get_conn().bucket(bucket).get_blob(blob_name)
+            if blob is not None:
                 blob.delete()
 
     def recorded(self) -> list[DeploymentRecord]:

@@ -35,8 +35,8 @@ def delete_run_resources(config: GpuflowConfig, names: ResourceNames, platform: 
     unless they now serve."""
     extra: tuple[str, ...] = ()
     if names.deployment:
-        if serving is None or names.prompts_subscription != serving.subscription:
-            extra = (names.prompts_subscription,) if names.prompts_subscription.endswith(names.prefix[3:]) else ()
+        if names.owns_job_subscription and (serving is None or names.prompts_subscription != serving.subscription):
+            extra = (names.prompts_subscription,)
         if serving is None or serving.model_dir_uri != names.model_dir_uri:
             from gpuflow.steps.resources import delete_objects
 

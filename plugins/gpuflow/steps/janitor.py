@@ -38,7 +38,7 @@ DagRunState = Callable[[str, str], str | None]
 class Ownership:
     """Which runs and deployments still own what carries their names."""
 
-    def __init__(self, config: GpuflowConfig, records: Records, dagrun_state: DagRunState):
+    def __init__(self, records: Records, dagrun_state: DagRunState):
         self.records, self.dagrun_state = records, dagrun_state
         self.recorded = {record.name: record for record in records.recorded()}
         self._runs: dict[str, bool] = {}
@@ -92,9 +92,11 @@ def find_leftovers(config: GpuflowConfig, platform: Platform, dagrun_state: DagR
     from gpuflow.steps.resources import list_named
 
     records = Records(config, platform.conn_id)
-    ownership = Ownership(config, records, dagrun_state)
-    for prefix in _run_prefixes(config, records):  # learn which deployments live runs are creating
-        ownership.run_live(prefix)
+    ownership = Ownership(records, dagrun_state)
+    buckets = {bucket: bucket_run(bucket) for bucket in _run_buckets(config, records)}
+    prefixes = _object_prefixes(config, records)
+    live = {prefix: ownership.run_live(prefix) for prefix in sorted({*prefixes, *buckets.values()})}
+    # (asking first also learns which deployments live runs are creating, before their resources are judged)
     found = {"topics": [], "subscriptions": []}
     for prefix in ("gf-", "gfd-"):
         for kind, names in list_named(config, platform.conn_id, prefix).items():
@@ -104,18 +106,17 @@ def find_leftovers(config: GpuflowConfig, platform: Platform, dagrun_state: DagR
         "jobs": [job.to_xcom() for job in jobs if not ownership.owned(job.name, job.id)],
         "subscriptions": [name for name in found["subscriptions"] if not ownership.owned(name)],
         "topics": [name for name in found["topics"] if not ownership.owned(name)],
-        "buckets": [bucket for bucket in _run_buckets(config, records) if not ownership.owned(bucket_run(bucket))],
-        "prefixes": [f"gs://{config.bucket}/gpuflow/{prefix}/" for prefix in _run_prefixes(config, records, False)
-                     if not ownership.run_live(prefix)]
+        "buckets": [bucket for bucket, prefix in buckets.items() if not live[prefix]],
+        "prefixes": [f"gs://{config.bucket}/gpuflow/{prefix}/" for prefix in prefixes if not live[prefix]]
         + [f"gs://{config.bucket}/gpuflow/deployments/{name}/" for name in _deployment_folders(config, records)
            if not ownership.deployment_live(name)],
     }
 
 
 def bucket_run(bucket: str) -> str:
-    """A run bucket is named <project>-gf-<hex>: its run prefix, as a name the ownership reads."""
+    """A run bucket is named <project>-gf-<hex>: its run prefix."""
     match = RUN_HEX.search(bucket)
-    return match.group(0) if match else bucket
+    return f"gf-{match.group(1)}" if match else bucket
 
 
 def _run_buckets(config: GpuflowConfig, records: Records) -> list[str]:
@@ -124,15 +125,12 @@ def _run_buckets(config: GpuflowConfig, records: Records) -> list[str]:
     return sorted(b.name for b in client.list_buckets(prefix=f"{config.project}-gf-") if RUN_HEX.search(b.name))
 
 
-def _run_prefixes(config: GpuflowConfig, records: Records, with_buckets: bool = True) -> list[str]:
-    """The run prefixes (gf-<hex>) that have objects in the configured bucket (and, ``with_buckets``, run buckets)."""
-    prefixes = set()
-    if config.bucket:
-        for name in records.gcs.list(config.bucket, prefix="gpuflow/gf-"):
-            prefixes.add(name.split("/")[1])
-    if with_buckets:
-        prefixes.update(bucket_run(bucket) for bucket in _run_buckets(config, records))
-    return sorted(p for p in prefixes if RUN_PREFIX.fullmatch(p))
+def _object_prefixes(config: GpuflowConfig, records: Records) -> list[str]:
+    """The run prefixes (gf-<hex>) that have objects in the configured bucket."""
+    if not config.bucket:
+        return []
+    names = records.gcs.list(config.bucket, prefix="gpuflow/gf-")
+    return sorted({name.split("/")[1] for name in names if RUN_PREFIX.fullmatch(name.split("/")[1])})
 
 
 def _deployment_folders(config: GpuflowConfig, records: Records) -> list[str]:
