@@ -17,7 +17,7 @@ from google.cloud.devtools import cloudbuild_v1
 from gpuflow.config import load_config
 from gpuflow.emulators import process_alive
 from gpuflow.platform import JobHandle
-from gpuflow.platform.local import PIPELINE_RUNNING_MARKER, spawn_logged
+from gpuflow.platform.local import PIPELINE_RUNNING_MARKER, is_gpuflow_process, spawn_logged
 from gpuflow.triggers import job_trigger
 from tests.gcp_fakes import (
     BATCH_SUCCEEDS,
@@ -201,6 +201,18 @@ class ChildProcess:
         os.killpg(self.pid, signal.SIGKILL)
 
 
+def test_a_just_started_process_is_known_as_gpuflows_at_once(tmp_path):
+    """A task killed right after its launch must stop the job: the kernel shows an exec'ing process's arguments
+    only a moment after Popen returns, and spawn_logged waits for them (CI once left a pipeline running)."""
+    for attempt in range(50):
+        pid = spawn_logged(["/bin/sh", "-c", "sleep 30", "llm_inference.py"], tmp_path / f"sleep-{attempt}.log")
+        try:
+            assert is_gpuflow_process(pid), f"attempt {attempt}: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}"
+        finally:
+            ChildProcess(pid).kill()
+            ChildProcess(pid).wait()
+
+
 def test_a_local_pipeline_is_running_once_it_logs_so(tmp_path):
     handle, process = start_process(tmp_path, f"""
         import time
@@ -235,9 +247,6 @@ def test_a_local_batch_job_that_fails_is_not_done_and_says_why(tmp_path):
 
 def test_on_kill_stops_the_local_process(tmp_path):
     handle, process = start_process(tmp_path, "import time; time.sleep(60)")
-    deadline = time.monotonic() + 10
-    while b"llm_inference.py" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
-        assert time.monotonic() < deadline
     asyncio.run(job_trigger(load_config(None), handle, "running", 30).on_kill())
     process.wait(timeout=15)
     assert not process_alive(process.pid)

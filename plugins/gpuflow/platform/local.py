@@ -50,7 +50,22 @@ def spawn_logged(command: list[str], log_path: Path, env: dict[str, str] | None 
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(wrapped, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
+    _wait_for_arguments(process.pid)
     return process.pid
+
+
+def _wait_for_arguments(pid: int, timeout_s: float = 5.0) -> None:
+    """Popen returns once exec has passed its point of no return, before the kernel has set the new program's
+    arguments: /proc/<pid>/cmdline reads empty for a moment, and ``is_gpuflow_process`` would take the job for
+    someone else's (a task killed at once then left it running). Wait until the arguments are there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes():
+                return
+        except OSError:
+            return  # already gone: its exit status tells the trigger why
+        time.sleep(0.001)
 
 
 def run_logged(command: list[str], env: dict[str, str] | None, what: str, timeout_s: float = 1800) -> str:
