@@ -40,9 +40,9 @@ QUICK_SHAPES = {"seq2seq": dict(d_model=128, d_ff=256, num_layers=2, num_decoder
 def loaded(architecture: str, device: str, dtype, workdir: Path, **shape):
     """A demo model written offline, loaded as the pipeline loads it (llm_models.load_model), in ``dtype``."""
     import torch
-    from llm_models import LoadedModel, load_model, load_tokenizer
 
     from gpuflow.demo_model import write_demo_model
+    from llm_models import LoadedModel, load_model, load_tokenizer
 
     directory = write_demo_model(Path(tempfile.mkdtemp(prefix=f"{architecture}-", dir=workdir)),
                                  architecture=architecture, **shape)

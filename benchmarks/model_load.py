@@ -60,7 +60,7 @@ def main() -> None:
     logging.disable(logging.WARNING)
     import torch
 
-    import llm_inference
+    import llm_models
     from gpuflow.demo_model import write_demo_model
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuflow-bench-load-"))
@@ -76,10 +76,10 @@ def main() -> None:
 
     bare = median_seconds(lambda: torch.load(export, weights_only=True))
     handler = median_seconds(
-        lambda: llm_inference.load_model(str(export.parent), str(export), "cpu", torch.bfloat16, "seq2seq")
+        lambda: llm_models.load_model(str(export.parent), str(export), "cpu", torch.bfloat16, "seq2seq")
     )
     handler_fp32 = median_seconds(
-        lambda: llm_inference.load_model(str(export.parent), str(export), "cpu", torch.float32, "seq2seq")
+        lambda: llm_models.load_model(str(export.parent), str(export), "cpu", torch.float32, "seq2seq")
     )
     bound_kb = bf16_bytes / 1024 + baseline_kb
     print(f"\nt5-{args.shape} shape: {bf16_bytes / 1e6:.0f} MB of bf16 weights "

@@ -17,7 +17,7 @@ RUN apt-get update \
 COPY --from=apache/beam_python${python_version}_sdk:${beam_version} /opt/apache/beam /opt/apache/beam
 
 ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64
-# beam_jobs/ (copied below): the pipeline's pickled functions import llm_models from there.
+# beam_jobs/ (copied below): the pipeline's pickled functions import its modules from there.
 ENV PYTHONPATH=/opt/gpuflow/beam_jobs
 ENV PIP_NO_CACHE_DIR=1
 

@@ -140,7 +140,7 @@ def check_dockerfile(dockerfile: Path, config: GpuflowConfig) -> list[str]:
         problems.append(f"LD_LIBRARY_PATH does not include {NVIDIA_LIBS}, where Dataflow mounts the driver")
     if f"PYTHONPATH={IMAGE_BEAM_JOBS}" not in env:
         problems.append(f"PYTHONPATH does not include {IMAGE_BEAM_JOBS}, where the pipeline's functions import "
-                        "llm_models from")
+                        "its modules (prompt_io, llm_handlers, llm_models) from")
     if config.launch.mode == "flex_template":
         copies = " ".join(i["value"] for i in instructions if i["instruction"] == "COPY")
         if FLEX_LAUNCHER not in copies or f"FLEX_TEMPLATE_PYTHON_PY_FILE={FLEX_MAIN}" not in env:

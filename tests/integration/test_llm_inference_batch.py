@@ -5,7 +5,10 @@ import json
 
 import pytest
 
+import llm_handlers
 import llm_inference
+import llm_models
+import prompt_io
 from tests.helpers import mixed_length_prompts
 
 MAX_NEW_TOKENS = 8
@@ -118,7 +121,7 @@ def test_every_input_line_ends_answered_or_dead_lettered_with_its_reason(tmp_pat
     assert {answer["model"] for answer in answers} == {str(exported_model.parent)}  # --model-name, no label given
 
 
-class FailOnBoom(llm_inference.GenerateHandler):
+class FailOnBoom(llm_handlers.GenerateHandler):
     """The real handler, made to fail on one prompt, as a CUDA OOM on one long prompt would."""
 
     def _generate(self, loaded, token_lists):
@@ -153,7 +156,7 @@ def test_require_gpu_fails_the_pipeline_instead_of_running_on_cpu(tmp_path, expo
 def test_model_is_built_in_the_inference_dtype_without_random_init(exported_model):
     import torch
 
-    model = llm_inference.load_model(str(exported_model.parent), str(exported_model), "cpu", torch.float32, "seq2seq")
+    model = llm_models.load_model(str(exported_model.parent), str(exported_model), "cpu", torch.float32, "seq2seq")
     saved = torch.load(exported_model, weights_only=True)
     assert {t.dtype for t in saved.values()} == {torch.bfloat16}
     assert {p.dtype for p in model.parameters()} == {torch.float32}
@@ -204,12 +207,12 @@ def test_a_chat_template_formats_each_prompt_as_one_user_message(tmp_path, demo_
     tokenizer.chat_template = ("{% for m in messages %}user: {{ m['content'] }}{% endfor %}"
                                "{% if add_generation_prompt %} answer:{% endif %}")
     tokenizer.save_pretrained(model_dir)
-    chatty = llm_inference.ValidatePrompt(str(model_dir), 512, chat_template=True)
+    chatty = prompt_io.ValidatePrompt(str(model_dir), 512, chat_template=True)
     chatty.setup()
-    plain = llm_inference.ValidatePrompt(str(model_dir), 512)
+    plain = prompt_io.ValidatePrompt(str(model_dir), 512)
     plain.setup()
     (_, _, tokens), = chatty.process(("p1", "the river"))
     assert tokens == tokenizer("user: the river answer:")["input_ids"] != next(plain.process(("p1", "the river")))[2]
-    without = llm_inference.ValidatePrompt(str(demo_causal_model_dir), 512, chat_template=True)
+    without = prompt_io.ValidatePrompt(str(demo_causal_model_dir), 512, chat_template=True)
     with pytest.raises(ValueError, match="no chat template. Fix"):
         without.setup()

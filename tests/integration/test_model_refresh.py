@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpuflow.rollout import pointer_name
-from llm_inference import GenerateHandler
+from llm_handlers import GenerateHandler
 
 
 def write_pointer(folder, version: str, state_dict, written_at: float | None = None) -> str:

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import llm_handlers
 import llm_inference
 from gpuflow.config import load_config
 from gpuflow.naming import resource_names
@@ -70,13 +71,13 @@ def test_beams_vllm_handler_is_built_keyed_and_serves_the_exported_folder():
         "--model-name", "gs://b/gpuflow/gf-1/model", "--state-dict-path", "gs://b/gpuflow/gf-1/model/state_dict.pth",
         "--model-label", "meta-llama/Llama-3.1-8B", "--engine", "vllm", "--max-input-tokens", "512",
         "--max-new-tokens", "64", "--max-batch-size", "8", "--input", "in.jsonl", "--output", "out/"])
-    keyed = llm_inference.make_vllm_handler(args)
+    keyed = llm_handlers.make_vllm_handler(args)
     assert isinstance(keyed, KeyedModelHandler)
     inner = keyed._unkeyed
     assert isinstance(inner, VLLMCompletionsModelHandler)
     assert inner._model_name == "meta-llama/Llama-3.1-8B"  # the name answers carry and requests ask for
     assert inner._vllm_server_kwargs == {"gpu-memory-utilization": "0.9", "max-model-len": "576"}
-    assert llm_inference.vllm_inference_args(args) == {"max_tokens": 64, "temperature": 0.0}
+    assert llm_handlers.vllm_inference_args(args) == {"max_tokens": 64, "temperature": 0.0}
 
 
 class FakeCompletions:

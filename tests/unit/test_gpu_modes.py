@@ -64,11 +64,11 @@ def test_model_copies_reach_runinference():
 
 
 def test_the_handler_shares_its_copies_across_processes():
-    import llm_inference
+    import llm_handlers
 
-    handler = llm_inference.GenerateHandler("m", "m/state_dict.pth", model_copies=2)
+    handler = llm_handlers.GenerateHandler("m", "m/state_dict.pth", model_copies=2)
     assert (handler.share_model_across_processes(), handler.model_copies()) == (True, 2)
-    plain = llm_inference.GenerateHandler("m", "m/state_dict.pth")
+    plain = llm_handlers.GenerateHandler("m", "m/state_dict.pth")
     assert (plain.share_model_across_processes(), plain.model_copies()) == (False, 1)
 
 

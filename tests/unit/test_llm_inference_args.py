@@ -2,7 +2,9 @@
 
 import pytest
 
+import llm_handlers
 import llm_inference
+import llm_models
 
 BASE = ["--model-name", "m", "--state-dict-path", "s.pth"]
 
@@ -49,9 +51,9 @@ def test_group_by_length_uses_beams_length_buckets():
     args, _ = llm_inference.parse_args([*BASE, "--input", "a", "--output", "b/", "--group-by-length"])
     kwargs = llm_inference.make_model_handler(args, streaming=False).batch_elements_kwargs()
     assert kwargs["length_fn"](("id", "text", [1, 2, 3])) == 3
-    assert kwargs["bucket_boundaries"] == llm_inference.LENGTH_BUCKETS
+    assert kwargs["bucket_boundaries"] == llm_handlers.LENGTH_BUCKETS
 
 
 def test_fp16_is_refused():
     with pytest.raises(ValueError, match="fp16 overflows"):
-        llm_inference.choose_device_and_dtype("float16")
+        llm_models.choose_device_and_dtype("float16")
