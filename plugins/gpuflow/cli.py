@@ -116,7 +116,7 @@ def cmd_emulators(args: argparse.Namespace) -> int:
 
 
 def cmd_params_schema(args: argparse.Namespace) -> int:
-    from gpuflow.config import params_json_schema
+    from gpuflow.config_docs import params_json_schema
     from gpuflow.trigger_form import PARAMS_SCHEMA_FILE
 
     text = json.dumps(params_json_schema(), indent=2) + "\n"  # field order: the model's
@@ -129,7 +129,8 @@ def cmd_params_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_config_reference(args: argparse.Namespace) -> int:
-    from gpuflow.config import PROJECT_ROOT, configuration_reference, readme_with_reference
+    from gpuflow.config import PROJECT_ROOT
+    from gpuflow.config_docs import configuration_reference, readme_with_reference
 
     text = configuration_reference()
     if args.write:

@@ -8,7 +8,6 @@ Nothing else in gpuflow reads environment variables for settings.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -529,77 +528,11 @@ def config_from_json(data: dict[str, Any] | str) -> GpuflowConfig:
 # --------------------------------------------------------------------------------------------
 # Airflow Params: one per leaf field, all optional, so the trigger form shows every field.
 
-_PARAM_SEPARATOR = "__"
+PARAM_SEPARATOR = "__"
 
 
 def param_key_to_dotted(key: str) -> str:
-    return key.replace(_PARAM_SEPARATOR, ".")
-
-
-def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The model of a section field, also when the section is optional (``DataprocConfig | None``)."""
-    import types
-    import typing
-
-    optional_parts = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
-    for candidate in (annotation, *optional_parts):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
-
-
-def _leaf_fields(model: type[BaseModel], prefix: str = ""):
-    for name, field in model.model_fields.items():
-        section = _section_model(field.annotation)
-        if section is not None:
-            yield from _leaf_fields(section, f"{prefix}{name}.")
-        else:
-            yield f"{prefix}{name}", field
-
-
-def params_json_schema() -> dict[str, dict[str, Any]]:
-    """Each leaf field's JSON schema and default, keyed by Param name (dots written as '__').
-
-    The trigger form (``gpuflow.trigger_form``) is built from this generated file when a DAG file is parsed,
-    so that parsing never builds the pydantic schema. Enums list their real choices; ``null`` is allowed only
-    where the field itself is optional. The default is the model's (the Dataproc section's as ``dataproc: {}``).
-    """
-    full_schema = GpuflowConfig.model_json_schema()
-    definitions = full_schema.get("$defs", {})
-    defaults = GpuflowConfig(dataproc=DataprocConfig()).model_dump(mode="json")
-
-    def property_schema(dotted: str) -> dict[str, Any]:
-        node = full_schema
-        for part in dotted.split("."):
-            prop = node["properties"][part]
-            ref = prop.get("$ref") or next(
-                (a["$ref"] for a in prop.get("allOf", []) + prop.get("anyOf", []) if "$ref" in a), None
-            )
-            node = definitions[ref.split("/")[-1]] if ref else prop
-        return node
-
-    schemas: dict[str, dict[str, Any]] = {}
-    for dotted, field in _leaf_fields(GpuflowConfig):
-        prop = property_schema(dotted)
-        default: Any = defaults
-        for part in dotted.split("."):
-            default = default[part]
-        schema: dict[str, Any] = {"key": dotted, "description": field.description or "", "default": default}
-        types: list[str] = []
-        for option in prop.get("anyOf", [prop]):
-            if "type" in option:
-                types.append(option["type"])
-            if "enum" in option:
-                schema["enum"] = list(option["enum"])
-            for bound in ("minimum", "maximum", "exclusiveMinimum"):
-                if bound in option:
-                    schema[bound] = option[bound]
-        if "enum" in prop:
-            schema["enum"] = list(prop["enum"])
-            types = types or ["string"]
-        schema["type"] = sorted(set(types)) if len(set(types)) > 1 else types[0]
-        schemas[dotted.replace(".", _PARAM_SEPARATOR)] = schema
-    return schemas
+    return key.replace(PARAM_SEPARATOR, ".")
 
 
 def beam_jobs_dir() -> Path:
@@ -611,49 +544,3 @@ def beam_jobs_dir() -> Path:
             "plugins/ (on Cloud Composer: into the bucket's data/ folder, `make deploy-composer`)."
         )
     return directory
-
-
-def configuration_reference() -> str:
-    """docs/configuration.md, generated from the model so that it cannot drift (a test compares them)."""
-    lines = [
-        "# Configuration reference",
-        "",
-        "Generated from `gpuflow.config.GpuflowConfig` by `gpuflow config-reference --write`; do not edit by hand.",
-        "",
-        "Set a key in the YAML file (`configs/local.yaml` by default), in the DAG run's Params (dots written as",
-        "`__`, e.g. `model__max_new_tokens`), or with `gpuflow preflight --set dotted.key=value`.",
-        "",
-        "The `dataproc.*` keys form an optional section: present, it describes the `dataproc_gpu_batch` DAG's batch;",
-        "the defaults shown are those of a section written as `dataproc: {}`.",
-        "",
-        "| key | type | default | description |",
-        "| --- | --- | --- | --- |",
-    ]
-    defaults = GpuflowConfig(dataproc=DataprocConfig()).model_dump(mode="json")
-    for dotted, field in _leaf_fields(GpuflowConfig):
-        value: Any = defaults
-        for part in dotted.split("."):
-            value = value[part]
-        annotation = str(field.annotation).replace("typing.", "").replace("<class '", "").replace("'>", "").replace(" | ", " or ")
-        description = (field.description or "").replace("|", "\\|")
-        lines.append(f"| `{dotted}` | `{annotation}` | `{json.dumps(value)}` | {description} |")
-    return "\n".join(lines) + "\n"
-
-
-#: The README's copy of the reference table lies between these lines.
-README_REFERENCE_MARKERS = (
-    "<!-- configuration reference: generated by `gpuflow config-reference --write`; do not edit by hand -->",
-    "<!-- end of configuration reference -->",
-)
-
-
-def readme_with_reference(readme: str) -> str:
-    """The README with its configuration table replaced by the one generated from the model."""
-    begin, end = README_REFERENCE_MARKERS
-    if begin not in readme or end not in readme:
-        raise ConfigError(f"README.md lacks the markers {begin!r} and {end!r} around the configuration table")
-    head, rest = readme.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    reference = configuration_reference()
-    table = reference[reference.index("| key |"):]
-    return f"{head}{begin}\n{table}{end}{tail}"
