@@ -61,10 +61,10 @@ def _wait_for_arguments(pid: int, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes():
-                return
+            if Path(f"/proc/{pid}/cmdline").read_bytes() or not process_alive(pid):
+                return  # (an exited process, a zombie, shows no arguments either: its exit status says why)
         except OSError:
-            return  # already gone: its exit status tells the trigger why
+            return
         time.sleep(0.001)
 
 
