@@ -72,10 +72,10 @@ def params_json_schema() -> dict[str, dict[str, Any]]:
         prop = property_schema(dotted)
         default = _dotted_value(defaults, dotted)
         schema: dict[str, Any] = {"key": dotted, "description": field.description or "", "default": default}
-        types: list[str] = []
+        json_types: list[str] = []
         for option in prop.get("anyOf", [prop]):
             if "type" in option:
-                types.append(option["type"])
+                json_types.append(option["type"])
             if "enum" in option:
                 schema["enum"] = list(option["enum"])
             for bound in ("minimum", "maximum", "exclusiveMinimum"):
@@ -83,8 +83,8 @@ def params_json_schema() -> dict[str, dict[str, Any]]:
                     schema[bound] = option[bound]
         if "enum" in prop:
             schema["enum"] = list(prop["enum"])
-            types = types or ["string"]
-        schema["type"] = sorted(set(types)) if len(set(types)) > 1 else types[0]
+            json_types = json_types or ["string"]
+        schema["type"] = sorted(set(json_types)) if len(set(json_types)) > 1 else json_types[0]
         schemas[dotted.replace(".", PARAM_SEPARATOR)] = schema
     return schemas
 
