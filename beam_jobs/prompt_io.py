@@ -25,8 +25,6 @@ MODEL_ATTRIBUTE = "model"
 PromptElement = tuple[str, str, list[int]]
 
 
-
-
 class ValidatePrompt(beam.DoFn):
     """Decode, check and tokenize a prompt. Bad input goes to the ``dead_letter`` output with a reason."""
 

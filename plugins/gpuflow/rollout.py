@@ -122,6 +122,6 @@ def plan_rollout(config: GpuflowConfig, record: DeploymentRecord | None, image: 
 
 def pointer_name(version: str, written_at: float | None = None) -> str:
     """A model version pointer's file name: when it was written first (zero-padded epoch seconds, so names sort by
-    time, as the pipeline reads them: llm_inference.pointer_written_at), then the version."""
+    time, as the pipeline reads them: llm_handlers.pointer_written_at), then the version."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in version)
     return f"{written_at or time.time():017.6f}-{safe}.json"
