@@ -96,6 +96,11 @@ def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_i
     assert (kept.image, kept.model_version, kept.options) == (record.image, record.model_version, record.options)
     assert kept.job["id"] != record.job["id"]  # the restoring update's job serves now
 
+    # Airflow retries the cleanup (say, its worker died after the rollback): the job is not updated a second time.
+    again = roll_back(config, names, platform, rollout, handle, run_id="manual__second")
+    assert again == result and len(cloud.dataflow.calls("launch_template")) == 2
+    assert records.read("chat") == kept
+
 
 def staged_pipeline(gcs, staged: dict):
     """The pipeline proto Beam staged with the job request."""

@@ -130,6 +130,9 @@ def roll_back(config: GpuflowConfig, names: ResourceNames, platform: Platform, r
         pass
     elif rollout.path == "weights":
         records.write_pointer(names.deployment, record.model_version, record.model_dir_uri, record.state_dict_uri)
+    elif rollout.path == "update" and current is not None and rolled_back_update(current, record):
+        log.info("deployment %s: the update was already undone (job %s serves the recorded version)",
+                 names.deployment, current.job.get("id"))  # a retry of cleanup: no second update
     elif rollout.path == "update":
         from gpuflow.steps.launch import pipeline_argv
 
@@ -142,6 +145,12 @@ def roll_back(config: GpuflowConfig, names: ResourceNames, platform: Platform, r
     log.warning("deployment %s rolled back: version %s keeps serving on job %s", names.deployment,
                 record.model_version, record.job_name)
     return {"rolled_back": True, "serving": record.model_version}
+
+
+def rolled_back_update(current: DeploymentRecord, planned: DeploymentRecord) -> bool:
+    """The record an update's rollback writes: what the plan read, on the restoring update's job."""
+    moved = {"job", "url"}
+    return current.job != planned.job and current.model_dump(exclude=moved) == planned.model_dump(exclude=moved)
 
 
 def restored_config(config: GpuflowConfig, record: DeploymentRecord) -> GpuflowConfig:
