@@ -535,6 +535,10 @@ def param_key_to_dotted(key: str) -> str:
     return key.replace(PARAM_SEPARATOR, ".")
 
 
+# --------------------------------------------------------------------------------------------
+# Project files
+
+
 def beam_jobs_dir() -> Path:
     """beam_jobs/ beside plugins/ in a checkout, or under data/ on Cloud Composer."""
     directory = project_path("beam_jobs")
