@@ -54,6 +54,12 @@ def is_gcs(path: str) -> bool:
     return path.startswith("gs://")
 
 
+def split_gcs_uri(uri: str) -> tuple[str, str]:
+    """``gs://bucket/a/b`` -> ``("bucket", "a/b")``."""
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    return bucket, name
+
+
 def staging_folder(final_folder: str, run_prefix: str) -> str:
     """The folder a run's job writes into before publishing to ``final_folder``: beside it, in the same bucket or
     file system (so that publishing is a copy within it), under a name that readers skip (``_`` first)."""

@@ -10,16 +10,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from gpuflow.batch_paths import is_gcs
+from gpuflow.batch_paths import is_gcs, split_gcs_uri
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
-
-
-def _split(uri: str) -> tuple[str, str]:
-    bucket, _, name = uri.removeprefix("gs://").partition("/")
-    return bucket, name
 
 
 def count_lines_in(chunks) -> int:
@@ -56,7 +51,7 @@ class BatchFiles:
     def matching(self, pattern: str) -> list[str]:
         """The files a glob matches (GCS: its objects.list matchGlob, ``*`` within one folder)."""
         if is_gcs(pattern):
-            bucket, name_glob = _split(pattern)
+            bucket, name_glob = split_gcs_uri(pattern)
             return [f"gs://{bucket}/{name}" for name in sorted(self.gcs.list(bucket, match_glob=name_glob))
                     if not name.endswith("/")]
         return sorted(path for path in glob.glob(pattern) if Path(path).is_file())
@@ -64,7 +59,7 @@ class BatchFiles:
     def in_folder(self, folder: str) -> list[str]:
         """Every file under ``folder`` (ending in /)."""
         if is_gcs(folder):
-            bucket, prefix = _split(folder)
+            bucket, prefix = split_gcs_uri(folder)
             return [f"gs://{bucket}/{name}" for name in sorted(self.gcs.list(bucket, prefix=prefix))]
         root = Path(folder)
         return sorted(str(path) for path in root.rglob("*") if path.is_file()) if root.is_dir() else []
@@ -74,17 +69,17 @@ class BatchFiles:
             return count_lines_in(_read_chunks(Path(path)))
         with tempfile.TemporaryDirectory(prefix="gpuflow-count-") as scratch:
             local = Path(scratch) / "object"
-            self.gcs.download(*_split(path), filename=str(local))  # to disk: an input may be larger than memory
+            self.gcs.download(*split_gcs_uri(path), filename=str(local))  # to disk: an input may be larger than memory
             return count_lines_in(_read_chunks(local))
 
     def read_text(self, path: str) -> str:
         if is_gcs(path):
-            return self.gcs.download(*_split(path)).decode("utf-8")
+            return self.gcs.download(*split_gcs_uri(path)).decode("utf-8")
         return Path(path).read_text()
 
     def write_text(self, path: str, text: str) -> None:
         if is_gcs(path):
-            bucket, name = _split(path)
+            bucket, name = split_gcs_uri(path)
             self.gcs.upload(bucket, name, data=text, mime_type="application/json")
         else:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +90,7 @@ class BatchFiles:
             from google.api_core.exceptions import NotFound
 
             with contextlib.suppress(NotFound):  # already gone
-                self.gcs.delete(*_split(path))
+                self.gcs.delete(*split_gcs_uri(path))
         else:
             Path(path).unlink(missing_ok=True)
 
@@ -119,7 +114,7 @@ class BatchFiles:
         for name in names:
             source, target = staged + name, final + name
             if is_gcs(final):
-                (source_bucket, source_name), (target_bucket, target_name) = _split(source), _split(target)
+                (source_bucket, source_name), (target_bucket, target_name) = split_gcs_uri(source), split_gcs_uri(target)
                 self.gcs.copy(source_bucket, source_name, target_bucket, target_name)
             else:
                 Path(final).mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuflow.batch_paths import split_gcs_uri
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames, deployment_folder, pointer_folder, resource_names
 from gpuflow.rollout import DeploymentRecord, pointer_name
@@ -28,11 +29,6 @@ LEASE_FILE = "run.json"
 
 class RecordConflict(RuntimeError):
     """Another writer changed the record since this run read it."""
-
-
-def _split(uri: str) -> tuple[str, str]:
-    bucket, _, name = uri.removeprefix("gs://").partition("/")
-    return bucket, name
 
 
 class Records:
@@ -65,7 +61,7 @@ class Records:
                 return DeploymentRecord.model_validate_json(Path(location).read_text()), 0
             except FileNotFoundError:
                 return None, 0
-        bucket, blob_name = _split(location)
+        bucket, blob_name = split_gcs_uri(location)
         blob = self.gcs.get_conn().bucket(bucket).get_blob(blob_name)  # its metadata, generation included
         if blob is None:
             return None, 0
@@ -87,7 +83,7 @@ class Records:
             staging.write_text(text)
             os.replace(staging, path)  # atomic on one filesystem: a reader sees the old record or the new one
         else:
-            bucket, blob_name = _split(location)
+            bucket, blob_name = split_gcs_uri(location)
             # if_generation_match 0: only if absent; else only if it is still the generation just compared.
             self.gcs.get_conn().bucket(bucket).blob(blob_name).upload_from_string(
                 text, content_type="application/json", if_generation_match=generation)
@@ -100,7 +96,7 @@ class Records:
         if self.config.profile == "local":
             Path(location).unlink(missing_ok=True)
         else:
-            bucket, blob_name = _split(location)
+            bucket, blob_name = split_gcs_uri(location)
             blob = self.gcs.get_conn().bucket(bucket).get_blob(blob_name)
             if blob is not None:
                 blob.delete()
@@ -121,7 +117,7 @@ class Records:
         """Point the deployment's job at a model version: one new file in the folder it watches (a new name each
         time: WatchFilePattern ignores a name it has seen)."""
         uri = f"{pointer_folder(self.config, name)}/{pointer_name(version)}"
-        bucket, blob = _split(uri)
+        bucket, blob = split_gcs_uri(uri)
         self.gcs.upload(bucket, blob, data=json.dumps(
             {"version": version, "model_dir": model_dir, "state_dict_path": state_dict}), mime_type="application/json")
         log.info("model version pointer %s -> %s", uri, version)
@@ -130,13 +126,13 @@ class Records:
     # -- run leases ------------------------------------------------------------------------------
     def write_lease(self, names: ResourceNames, dag_id: str, run_id: str) -> None:
         """Which DAG run owns the ``gf-`` prefix (and which deployment it serves), beside the run's objects."""
-        bucket, blob = _split(names.gcs_uri(LEASE_FILE))
+        bucket, blob = split_gcs_uri(names.gcs_uri(LEASE_FILE))
         self.gcs.upload(bucket, blob, data=json.dumps(
             {"dag_id": dag_id, "run_id": run_id, "deployment": names.deployment, "written_at": time.time()}),
             mime_type="application/json")
 
     def read_lease(self, prefix: str) -> dict[str, Any] | None:
-        bucket, blob = _split(resource_names(self.config, prefix).gcs_uri(LEASE_FILE))
+        bucket, blob = split_gcs_uri(resource_names(self.config, prefix).gcs_uri(LEASE_FILE))
         try:
             if not self.gcs.exists(bucket, blob):
                 return None
