@@ -97,10 +97,7 @@ def find_leftovers(config: GpuflowConfig, platform: Platform, dagrun_state: DagR
     prefixes = _object_prefixes(config, records)
     live = {prefix: ownership.run_live(prefix) for prefix in sorted({*prefixes, *buckets.values()})}
     # (asking first also learns which deployments live runs are creating, before their resources are judged)
-    found = {"topics": [], "subscriptions": []}
-    for prefix in ("gf-", "gfd-"):
-        for kind, names in list_named(config, platform.conn_id, prefix).items():
-            found[kind] += names
+    found = list_named(config, platform.conn_id, ("gf-", "gfd-"))  # one listing of each kind
     jobs = platform.find_gpuflow_jobs()
     return {
         "jobs": [job.to_xcom() for job in jobs if not ownership.owned(job.name, job.id)],

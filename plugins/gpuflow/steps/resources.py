@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gpuflow.batch_paths import split_gcs_uri
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
 
@@ -153,7 +154,7 @@ def _each(items: list[str], kind: str, raise_errors: bool, delete) -> list[str]:
 def delete_objects(config: GpuflowConfig, conn_id: str, folder_uri: str) -> int:
     """Delete every object under a gs:// folder of a bucket that stays; how many there were."""
     _, gcs = _hooks(conn_id)
-    bucket, _, prefix = folder_uri.removeprefix("gs://").partition("/")
+    bucket, prefix = split_gcs_uri(folder_uri)
     if not _bucket_readable(gcs, bucket):
         return 0
     names = gcs.list(bucket, prefix=prefix)
@@ -162,8 +163,8 @@ def delete_objects(config: GpuflowConfig, conn_id: str, folder_uri: str) -> int:
     return len(names)
 
 
-def list_named(config: GpuflowConfig, conn_id: str, prefix: str) -> dict[str, list[str]]:
-    """The project's topics and subscriptions whose names start with ``prefix``."""
+def list_named(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...]) -> dict[str, list[str]]:
+    """The project's topics and subscriptions whose names start with ``prefix`` (or one of several)."""
     pubsub, _ = _hooks(conn_id)
     project_path = f"projects/{config.project}"
     topics = [t.name.rsplit("/", 1)[-1] for t in pubsub.get_conn().list_topics(request={"project": project_path})]
