@@ -52,7 +52,6 @@ class ResourceNames(BaseModel):
         return {self.responses_subscription: self.responses_topic,
                 self.dead_letter_subscription: self.dead_letter_topic}
 
-
     @property
     def owns_job_subscription(self) -> bool:
         """A deployment's run on the local profile reads prompts through a subscription of its own (its name ends
@@ -92,9 +91,13 @@ def deployment_prefix(name: str) -> str:
     return f"gfd-{name}"
 
 
+#: Where in the bucket every deployment has its folder.
+DEPLOYMENTS_FOLDER = "gpuflow/deployments"
+
+
 def deployment_folder(config: GpuflowConfig, name: str | None = None) -> str:
     """gs:// folder of a deployment's model versions, pointers and record."""
-    return f"gs://{config.bucket}/gpuflow/deployments/{name or deployment_name(config)}"
+    return f"gs://{config.bucket}/{DEPLOYMENTS_FOLDER}/{name or deployment_name(config)}"
 
 
 def pointer_folder(config: GpuflowConfig, name: str) -> str:

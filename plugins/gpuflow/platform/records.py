@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuflow.batch_paths import split_gcs_uri
 from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames, deployment_folder, pointer_folder, resource_names
+from gpuflow.naming import DEPLOYMENTS_FOLDER, ResourceNames, deployment_folder, pointer_folder, resource_names
 from gpuflow.rollout import DeploymentRecord, pointer_name
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Records:
         if not self.config.bucket:
             return []
         return [DeploymentRecord.model_validate_json(self.gcs.download(self.config.bucket, name))
-                for name in self.gcs.list(self.config.bucket, prefix="gpuflow/deployments/")
+                for name in self.gcs.list(self.config.bucket, prefix=f"{DEPLOYMENTS_FOLDER}/")
                 if name.endswith("/deployment.json")]
 
     # -- model version pointers ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuflow.config import GpuflowConfig
-from gpuflow.naming import deployment_prefix
+from gpuflow.naming import DEPLOYMENTS_FOLDER, deployment_folder, deployment_prefix
 from gpuflow.platform import Platform
 from gpuflow.platform.records import Records
 
@@ -105,7 +105,7 @@ def find_leftovers(config: GpuflowConfig, platform: Platform, dagrun_state: DagR
         "topics": [name for name in found["topics"] if not ownership.owned(name)],
         "buckets": [bucket for bucket, prefix in buckets.items() if not live[prefix]],
         "prefixes": [f"gs://{config.bucket}/gpuflow/{prefix}/" for prefix in prefixes if not live[prefix]]
-        + [f"gs://{config.bucket}/gpuflow/deployments/{name}/" for name in _deployment_folders(config, records)
+        + [deployment_folder(config, name) + "/" for name in _deployment_folders(config, records)
            if not ownership.deployment_live(name)],
     }
 
@@ -133,7 +133,7 @@ def _object_prefixes(config: GpuflowConfig, records: Records) -> list[str]:
 def _deployment_folders(config: GpuflowConfig, records: Records) -> list[str]:
     if not config.bucket:
         return []
-    return sorted({name.split("/")[2] for name in records.gcs.list(config.bucket, prefix="gpuflow/deployments/")
+    return sorted({name.split("/")[2] for name in records.gcs.list(config.bucket, prefix=f"{DEPLOYMENTS_FOLDER}/")
                    if name.count("/") >= 3})
 
 
