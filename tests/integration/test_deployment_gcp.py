@@ -102,6 +102,24 @@ def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_i
     assert records.read("chat") == kept
 
 
+
+def test_a_flex_template_update_sends_the_update_fields_through_the_providers_flex_launch(deployed):
+    cloud, record, records = deployed
+    config = config_of("launch.mode=flex_template", "deployment.transform_name_mapping={Validate: ValidatePrompts}")
+    platform = GcpPlatform(config, clients=cloud)
+    names = resource_names(config, "gf-0000000003")
+
+    handle = platform.update_pipeline(["--model-name", "m"], names, NEW_IMAGE, record.job_name,
+                                      config.deployment.transform_name_mapping)
+
+    (request,) = cloud.dataflow.calls("launch_flex_template")
+    parameter = request.launch_parameter
+    assert parameter.update is True and parameter.job_name == record.job_name == handle.name
+    assert dict(parameter.transform_name_mappings) == {"Validate": "ValidatePrompts"}
+    spec = json.loads(read_gcs(dict(os.environ), parameter.container_spec_gcs_path))  # the template file, written
+    assert spec["image"] == NEW_IMAGE
+
+
 def staged_pipeline(gcs, staged: dict):
     """The pipeline proto Beam staged with the job request."""
     from apache_beam.portability.api import beam_runner_api_pb2

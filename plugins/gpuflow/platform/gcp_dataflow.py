@@ -102,15 +102,19 @@ class DataflowJobs(GcpService):
                          url=dataflow_job_url(self.config.project, region, job_id))
 
     def start_flex_template(self, job: str, argv: list[str], names: ResourceNames, image: str,
-                            job_name: str) -> JobHandle:
+                            job_name: str, update: dict[str, str] | None = None) -> JobHandle:
         """launch.mode flex_template: write the template file, then launch it with the provider's
-        DataflowHook.launch_job_with_flex_template; the image pickles its own job."""
+        DataflowHook.launch_job_with_flex_template; the image pickles its own job. ``update`` (a transform name
+        mapping): replace the running job ``job_name`` in place, with the update fields in the same body."""
         from google.cloud import dataflow_v1beta3
 
         spec, request = flex_launch(self.config, names, job, argv, image, job_name)
         spec_uri = request.launch_parameter.container_spec_gcs_path
         self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
                            data=json.dumps(spec, indent=2), mime_type="application/json")
+        if update is not None:
+            request.launch_parameter.update = True
+            request.launch_parameter.transform_name_mappings = update
         body = {"launchParameter": dataflow_v1beta3.LaunchFlexTemplateParameter.to_dict(
             request.launch_parameter, preserving_proto_field_name=False)}
         launched = self._dataflow_hook().launch_job_with_flex_template(
@@ -144,16 +148,8 @@ class DataflowJobs(GcpService):
         from google.cloud import dataflow_v1beta3
 
         if self.config.launch.mode == "flex_template":
-            spec, request = flex_launch(self.config, names, "llm_inference", argv, image, job_name)
-            spec_uri = request.launch_parameter.container_spec_gcs_path
-            self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
-                               data=json.dumps(spec, indent=2), mime_type="application/json")
-            request.launch_parameter.update = True
-            request.launch_parameter.transform_name_mappings = transform_name_mapping
-            body = {"launchParameter": dataflow_v1beta3.LaunchFlexTemplateParameter.to_dict(
-                request.launch_parameter, preserving_proto_field_name=False)}
-            job = self._dataflow_hook().launch_job_with_flex_template(
-                body=body, location=request.location, project_id=request.project_id)
+            handle = self.start_flex_template("llm_inference", argv, names, image, job_name,
+                                              update=transform_name_mapping)
         else:
             template_uri, _ = self.stage_template("llm_inference.py", argv, names, image, job_name, streaming=True)
             parameters = dataflow_v1beta3.LaunchTemplateParameters(
@@ -163,8 +159,7 @@ class DataflowJobs(GcpService):
             response = self._dataflow_hook().get_conn().projects().locations().templates().launch(
                 projectId=self.config.project, location=self.config.region, gcsPath=template_uri, body=body,
             ).execute(num_retries=5)
-            job = response["job"]
-        handle = self._handle(job["id"], job_name, self.config.region)
+            handle = self._handle(response["job"]["id"], job_name, self.config.region)
         log.info("Dataflow job %s updated in place by %s: %s", job_name, handle.id, handle.url)
         return handle
 
