@@ -53,6 +53,12 @@ class ResourceNames(BaseModel):
                 self.dead_letter_subscription: self.dead_letter_topic}
 
     @property
+    def labels(self) -> dict[str, str]:
+        """The labels by which the janitor knows a job, topic or subscription: the run that made it, and its
+        deployment if any (the names carry the same prefixes)."""
+        return {"gpuflow-run": self.prefix, **({"gpuflow-deployment": self.deployment} if self.deployment else {})}
+
+    @property
     def owns_job_subscription(self) -> bool:
         """A deployment's run on the local profile reads prompts through a subscription of its own (its name ends
         with the run's id): the run deletes it unless its job took over."""

@@ -40,11 +40,6 @@ def experiments(config: GpuflowConfig) -> list[str]:
     return chosen
 
 
-def gpuflow_labels(names: ResourceNames) -> dict[str, str]:
-    """The labels by which the janitor knows a job: the run that started it, and its deployment if any."""
-    return {"gpuflow-run": names.prefix, **({"gpuflow-deployment": names.deployment} if names.deployment else {})}
-
-
 def job_name_for(names: ResourceNames, config: GpuflowConfig, kind: str) -> str:
     """Unique per GPU placement, so a fallback never collides with the job it replaces."""
     gpu = config.gpu.type.removeprefix("nvidia-").removeprefix("tesla-") if config.uses_gpu else "cpu"
@@ -72,7 +67,7 @@ def dataflow_options(config: GpuflowConfig, names: ResourceNames, image: str, jo
         f"--max_num_workers={config.worker.max_num_workers}",
         *(f"--experiments={experiment}" for experiment in experiments(config)),
         *(f"--dataflow_service_options={option}" for option in service_options(config)),
-        *(f"--labels={key}={value}" for key, value in gpuflow_labels(names).items()),
+        *(f"--labels={key}={value}" for key, value in names.labels.items()),
     ]
     if streaming:
         options.append("--streaming")
@@ -164,7 +159,7 @@ def worker_pool_fields(config: GpuflowConfig, names: ResourceNames) -> dict[str,
         "subnetwork": config.dataflow.subnetwork or "",
         "worker_zone": config.gpu.zone or "",
         "additional_experiments": experiments(config),
-        "additional_user_labels": gpuflow_labels(names),
+        "additional_user_labels": names.labels,
     }
 
 

@@ -52,11 +52,6 @@ def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames) -> bool:
         ) from None
 
 
-def resource_labels(names: ResourceNames) -> dict[str, str]:
-    """The janitor's labels: the run, and its deployment if any (names carry the same prefixes)."""
-    return {"gpuflow-run": names.prefix, **({"gpuflow-deployment": names.deployment} if names.deployment else {})}
-
-
 def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True,
                      job_subscription: bool = True, lease: tuple[str, str] | None = None) -> dict[str, Any]:
     """Idempotent: existing resources with the run's names are reused. On failure, removes what the run owns.
@@ -72,17 +67,16 @@ def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
     subscriptions = dict(names.run_subscriptions) if pubsub else {}
     if pubsub and job_subscription:
         subscriptions[names.prompts_subscription] = names.prompts_topic
-    labels = resource_labels(names)
     try:
         bucket_created = ensure_bucket(gcs, config, names)
         if lease:
             Records(config, conn_id).write_lease(names, *lease)
         for topic in topics:
-            pubsub_hook.create_topic(topic=topic, project_id=config.project, labels=labels)
+            pubsub_hook.create_topic(topic=topic, project_id=config.project, labels=names.labels)
         for subscription, topic in subscriptions.items():
             # Created before the pipeline starts, so no prompt published early is lost.
             pubsub_hook.create_subscription(topic=topic, subscription=subscription, project_id=config.project,
-                                            ack_deadline_secs=60, labels=labels)
+                                            ack_deadline_secs=60, labels=names.labels)
     except Exception:
         log.exception("setup failed; removing what it created")
         delete_resources(config, names, conn_id, pubsub)
