@@ -238,8 +238,7 @@ class LocalPlatform:
         return self.stop_pipeline(handle)
 
     def job_running(self, handle: JobHandle) -> bool:
-        pid = int(handle.id)
-        return process_alive(pid) and is_gpuflow_process(pid)
+        return gpuflow_process_runs(int(handle.id))
 
     def update_pipeline(self, argv, names, image, job_name, transform_name_mapping) -> JobHandle:
         raise NotImplementedError("the local DirectRunner cannot update a job in place; gpuflow.rollout plans a "
@@ -247,7 +246,7 @@ class LocalPlatform:
 
     def stop_pipeline(self, handle: JobHandle) -> bool:
         pid = int(handle.id)
-        was_running = process_alive(pid) and is_gpuflow_process(pid) and stop_process_group(pid)
+        was_running = gpuflow_process_runs(pid) and stop_process_group(pid)
         log.info("%s (pid %d): %s", handle.name, pid, "stopped" if was_running else "was not running")
         for pid_file in self.state_dir.glob("*.pid"):
             if pid_file.read_text().strip() == handle.id:
@@ -275,10 +274,15 @@ def _pid_handles(state_dir: Path) -> list[JobHandle]:
     handles = []
     for pid_file in sorted(state_dir.glob("*.pid")):
         pid = pid_file.read_text().strip()
-        if pid.isdigit() and process_alive(int(pid)) and is_gpuflow_process(int(pid)):
+        if pid.isdigit() and gpuflow_process_runs(int(pid)):
             handles.append(JobHandle(kind="local-process", id=pid, name=pid_file.stem,
                                      location=str(pid_file.with_suffix(".log"))))
     return handles
+
+
+def gpuflow_process_runs(pid: int) -> bool:
+    """The process still runs (a zombie does not) and is one of gpuflow's jobs."""
+    return process_alive(pid) and is_gpuflow_process(pid)
 
 
 def is_gpuflow_process(pid: int) -> bool:
