@@ -41,6 +41,8 @@ def timeouts_s(get: Lookup, spare_fallbacks: int = 0) -> dict[str, float]:
     ``spare_fallbacks`` more fallback placements (and their regions) than the configuration names."""
     start = float(get("dataflow.start_timeout_s"))
     local_start = float(get("local.pipeline_start_timeout_s"))
+    stop = float(get("dataflow.stop_timeout_s"))
+    every_region_stops = (_regions(get) + spare_fallbacks) * stop + MARGIN_S  # a job in each region, one by one
     return {
         # llm_streaming_inference
         "preflight": SHORT_S,
@@ -52,11 +54,11 @@ def timeouts_s(get: Lookup, spare_fallbacks: int = 0) -> dict[str, float]:
         "launch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
         "smoke_test": max(float(get("smoke_test.timeout_s")), float(get("deployment.rollout_timeout_s")))
         + float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
-        "promote": float(get("dataflow.stop_timeout_s")) + MARGIN_S,  # the replaced job's drain
-        "cleanup": (_regions(get) + spare_fallbacks) * float(get("dataflow.stop_timeout_s")) + MARGIN_S,
+        "promote": stop + MARGIN_S,  # the replaced job's drain
+        "cleanup": every_region_stops,
         # llm_streaming_teardown and gpuflow_janitor: their jobs' stops
-        "teardown": float(get("dataflow.stop_timeout_s")) + MARGIN_S,
-        "janitor": (_regions(get) + spare_fallbacks) * float(get("dataflow.stop_timeout_s")) + MARGIN_S,
+        "teardown": stop + MARGIN_S,
+        "janitor": every_region_stops,
         # llm_batch_inference (besides the tasks named above): the input's wait, the job's start and its run
         "wait_for_input": float(get("batch.input_wait_s")) + MARGIN_S,
         "run_batch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S)
