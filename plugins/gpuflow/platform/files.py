@@ -8,6 +8,7 @@ import glob
 import logging
 import shutil
 import tempfile
+from functools import cached_property
 from pathlib import Path
 
 from gpuflow.batch_paths import is_gcs, split_gcs_uri
@@ -38,15 +39,12 @@ class BatchFiles:
 
     def __init__(self, conn_id: str):
         self.conn_id = conn_id
-        self._hook = None
 
-    @property
+    @cached_property
     def gcs(self):
-        if self._hook is None:
-            from airflow.providers.google.cloud.hooks.gcs import GCSHook
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-            self._hook = GCSHook(gcp_conn_id=self.conn_id)
-        return self._hook
+        return GCSHook(gcp_conn_id=self.conn_id)
 
     def matching(self, pattern: str) -> list[str]:
         """The files a glob matches (GCS: its objects.list matchGlob, ``*`` within one folder)."""

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +35,12 @@ class RecordConflict(RuntimeError):
 class Records:
     def __init__(self, config: GpuflowConfig, conn_id: str):
         self.config, self.conn_id = config, conn_id
-        self._gcs = None
 
-    @property
+    @cached_property
     def gcs(self):
-        if self._gcs is None:
-            from airflow.providers.google.cloud.hooks.gcs import GCSHook
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-            self._gcs = GCSHook(gcp_conn_id=self.conn_id)
-        return self._gcs
+        return GCSHook(gcp_conn_id=self.conn_id)
 
     # -- deployment records -----------------------------------------------------------------------
     def record_location(self, name: str) -> str:
