@@ -93,12 +93,17 @@ def run(argv=None, test_pipeline=None, wait=True):
     parser.add_argument("--report", required=True, help="where to write the JSON report")
     parser.add_argument("--require-gpu", "--require_gpu", dest="require_gpu", nargs="?", const="true",
                         default="false", choices=("true", "false"), help="fail when the workers see no GPU")
+    parser.add_argument("--accelerator-hint", "--accelerator_hint", dest="accelerator_hint", default=None,
+                        help="right fitting: Beam's accelerator resource hint, on the InspectWorker step alone")
     args, pipeline_args = parser.parse_known_args(argv)
     pipeline = test_pipeline or beam.Pipeline(options=PipelineOptions(pipeline_args))
+    inspect = beam.Map(inspect_worker)
+    if args.accelerator_hint:  # the step that must see the GPU runs where the hint puts it
+        inspect = inspect.with_resource_hints(accelerator=args.accelerator_hint)
     _ = (
         pipeline
         | "One" >> beam.Create([None])
-        | "InspectWorker" >> beam.Map(inspect_worker)
+        | "InspectWorker" >> inspect
         | "Enforce" >> beam.Map(enforce, require_gpu=args.require_gpu == "true")
         | "WriteReport" >> beam.Map(write_report, path=args.report)
     )

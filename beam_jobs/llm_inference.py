@@ -206,8 +206,32 @@ def model_versions(pipeline: beam.Pipeline, args: argparse.Namespace, streaming:
         return None
     from apache_beam.ml.inference.utils import WatchFilePattern
 
-    return pipeline | "WatchModelVersions" >> WatchFilePattern(
-        args.model_refresh_folder.rstrip("/") + "/*.json", interval=args.model_refresh_interval_s)
+    pattern = args.model_refresh_folder.rstrip("/") + "/*.json"
+    require_a_pointer(pattern)
+    return pipeline | "WatchModelVersions" >> WatchFilePattern(pattern, interval=args.model_refresh_interval_s)
+
+
+class NoVersionPointer(SystemExit):
+    """The model refresh folder holds no pointer, so Beam's WatchFilePattern could never fire."""
+
+
+def require_a_pointer(pattern: str) -> None:
+    """Refuse to start a job whose model refresh would stall. Beam 2.77's WatchFilePattern "expects at least one
+    file present that matches the file_pattern" before the pipeline starts (apache_beam/ml/inference/utils.py): it
+    matches with EmptyMatchTreatment.DISALLOW, every poll of an empty folder fails, the side input never fires, and
+    RunInference holds every prompt. gpuflow writes a pointer before it starts a deployment's job."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        found = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # Beam raises on a folder it cannot list (no bucket, no permission)
+        raise NoVersionPointer(f"cannot list the model version pointers {pattern} ({error}). Fix: check the bucket "
+                               "and the launcher's access to it.") from None
+    if not found:
+        raise NoVersionPointer(
+            f"no model version pointer matches {pattern}: Beam's WatchFilePattern needs one before the job starts, "
+            "or RunInference holds every prompt. Fix: launch through gpuflow (it writes the launch version's pointer "
+            "first), or write a pointer (a JSON file with version, model_dir and state_dict_path) into that folder.")
 
 
 def build_pipeline(

@@ -144,29 +144,35 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
     return 0
 
 
-def launch_command_text(config, run_id: str) -> str:
-    """What the launch task runs for this configuration and run, as shell lines a person can run."""
-    import shlex
-    import tempfile
-
+def _launch_plan(config, run_id: str, scratch: Path):
+    """The resource names, pipeline arguments, image and job name of the streaming launch for this run."""
     from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.platform.dataflow_options import job_name_for
     from gpuflow.steps.container import image_for, render_context
     from gpuflow.steps.launch import pipeline_argv
 
     names = resource_names(config, run_prefix("llm_streaming_inference", run_id))
     argv = pipeline_argv(config, names)
+    image = image_for(config, render_context(config, names, scratch)) if config.profile == "gcp" else ""
+    return names, argv, image, job_name_for(names, config, "llm-inference")
+
+
+def launch_command_text(config, run_id: str) -> str:
+    """What the launch task runs for this configuration and run, as shell lines a person can run."""
+    import shlex
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch))
     if config.profile == "local":
         from gpuflow.platform.local import LocalPlatform
 
         return "# the streaming pipeline on the local runner (emulators from `gpuflow emulators env`):\n" + \
             shlex.join(LocalPlatform(config).pipeline_command(argv)) + "\n"
-    from gpuflow.platform.dataflow_options import flex_launch, job_name_for, staging_command, template_uri_for
+    from gpuflow.platform.dataflow_options import flex_launch, staging_command, template_uri_for
 
-    with tempfile.TemporaryDirectory() as scratch:
-        image = image_for(config, render_context(config, names, Path(scratch)))
-    job_name = job_name_for(names, config, "llm-inference")
     if config.launch.mode == "flex_template":
-        _, request = flex_launch(config, names, "llm_inference", argv, image, job_name)
+        _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
         return "\n".join([
             f"# run {run_id!r} of llm_streaming_inference (prefix {names.prefix}), image {image}",
             "# launch.mode flex_template: no command runs in Airflow. The launch task writes the template file",
@@ -185,10 +191,50 @@ def launch_command_text(config, run_id: str) -> str:
     ])
 
 
+def check_launch_request(config, run_id: str) -> list[str]:
+    """The streaming launch's request, read as Dataflow would receive it, against Dataflow's documented constraints:
+    a Flex Template's launch request as built; a direct launch's job as Beam stages it into a local GCS emulator."""
+    import tempfile
+
+    from gpuflow.containers import recipe_metadata
+    from gpuflow.dataflow_constraints import violations
+    from gpuflow.dataflow_request import from_flex_launch
+    from gpuflow.platform.dataflow_options import flex_launch
+    from gpuflow.platform.offline_staging import stage_offline
+
+    image_cuda = None if config.container.image else recipe_metadata(config.container.recipe).cuda_major
+    with tempfile.TemporaryDirectory() as scratch:
+        names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch))
+    if config.launch.mode == "flex_template":
+        _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
+        view = from_flex_launch(request.launch_parameter, image_cuda)
+    else:
+        view = stage_offline(config, names, "llm_inference.py", argv, image, job_name, True, image_cuda)
+    return [str(violation) for violation in violations(view)]
+
+
 def cmd_launch_command(args: argparse.Namespace) -> int:
+    from gpuflow.preflight import format_findings, run_preflight
+
     config = load_config(args.config, overrides=args.overrides)
+    # Validated like preflight validates it: no command for a configuration that would not run.
+    errors = [finding for finding in run_preflight(config, check_environment=False) if finding.level == "error"]
+    if errors:
+        print(format_findings(errors), file=sys.stderr)
+        print("launch-command: the configuration has errors; fix them first (`gpuflow preflight`)", file=sys.stderr)
+        return 1
     print(launch_command_text(config, args.run_id), end="")
-    return 0
+    if not args.check:
+        return 0
+    if config.profile != "gcp":
+        print("# --check: the local profile sends nothing to Dataflow; nothing to check", file=sys.stderr)
+        return 0
+    broken = check_launch_request(config, args.run_id)
+    for problem in broken:
+        print(f"request check: {problem}", file=sys.stderr)
+    print(f"# request check: {'FAILED' if broken else 'ok'} (Dataflow's documented constraints, "
+          "gpuflow.dataflow_constraints)", file=sys.stderr)
+    return 1 if broken else 0
 
 
 def cmd_deploy_composer(args: argparse.Namespace) -> int:
@@ -248,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch = commands.add_parser("launch-command", help="print the exact command line the launch task runs")
     _add_config_args(launch)
     launch.add_argument("--run-id", default="manual", help="the DAG run id the resource names derive from")
+    launch.add_argument("--check", action="store_true",
+                        help="gcp: read the request Dataflow would receive (a direct launch is staged by Beam into a "
+                             "local GCS emulator; nothing is sent to Google) and check it against Dataflow's "
+                             "documented constraints")
     launch.set_defaults(func=cmd_launch_command)
 
     deploy = commands.add_parser("deploy-composer", help="copy gpuflow into a Cloud Composer environment")

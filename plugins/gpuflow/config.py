@@ -94,8 +94,8 @@ class GpuConfig(_Section):
         "worker_accelerator",
         description=(
             "worker_accelerator: every worker gets the GPU (the worker_accelerator service option). resource_hint: "
-            "right fitting on Dataflow Prime, the accelerator hint on the RunInference step only, the other steps "
-            "on CPU workers. Never both."
+            "right fitting, the accelerator hint (with the GPU's machine type) on the RunInference step only, the "
+            "other steps on CPU workers of worker.machine_type. Never both."
         ),
     )
     sharing: Literal["auto", "single_process", "mps", "model_copies"] = Field(
@@ -110,6 +110,10 @@ class GpuConfig(_Section):
 
 
 class WorkerConfig(_Section):
+    machine_type: str | None = Field(None, description=(
+        "gpu.request resource_hint: the CPU machine type of the steps without the GPU hint (the pipeline's "
+        "--machine_type). Empty: guide 002's n2-highmem type for the model. Not sent with Dataflow Prime, which "
+        "picks its own."))
     disk_size_gb: int = Field(50, ge=10, le=65536, description="Worker boot disk; GPU containers need 50 GB or more.")
     max_num_workers: int = Field(1, ge=1, le=1000, description="Upper bound for Dataflow autoscaling.")
 

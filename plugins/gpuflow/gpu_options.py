@@ -57,6 +57,27 @@ def accelerator_hint(config: GpuflowConfig) -> str:
             "install-nvidia-driver")
 
 
+def uses_prime(config: GpuflowConfig) -> bool:
+    """Dataflow Prime only where the configuration asks for it (``enable_prime`` in dataflow_service_options): right
+    fitting does not need it ("When you use a resource hint in your pipeline, right fitting is automatically
+    enabled", docs.cloud.google.com/dataflow/docs/guides/right-fitting)."""
+    return "enable_prime" in config.dataflow_service_options
+
+
+def pipeline_machine_type(config: GpuflowConfig) -> str | None:
+    """The pipeline's ``--machine_type``. worker_accelerator (and CPU workers): gpu.machine_type. resource_hint: a CPU
+    machine for the steps without the hint (worker.machine_type, else guide 002's n2-highmem type for the model);
+    the GPU's machine type goes only inside the hint, which wins for the hinted step (the right-fitting page).
+    With Dataflow Prime: None, since Prime lists "Designating specific VM types by using the flag
+    --worker_machine_type or --machine_type for Python pipelines" among its unsupported features
+    (docs.cloud.google.com/dataflow/docs/guides/enable-dataflow-prime)."""
+    if config.gpu.request != "resource_hint" or not config.uses_gpu:
+        return config.gpu.machine_type
+    if uses_prime(config):
+        return None
+    return config.worker.machine_type or catalog.cpu_worker_machine_for(config.model.name, model_parameters_m(config))
+
+
 def effective_sharing(config: GpuflowConfig) -> str:
     """gpu.sharing, with ``auto`` decided from the memory one model copy takes ("default": Dataflow's own)."""
     if config.gpu.sharing != "auto":

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 #: cloud.google.com/compute/resource-usage, "GPU quota").
 GLOBAL_GPU_METRIC = "GPUS_ALL_REGIONS"
 #: GPU types without a regional Compute Engine metric (H100) have their on-demand quota in Cloud Quotas, per GPU
-#: family and region (catalog/gpus.yaml: quota_family). Cloud Quotas reports the limit, not the usage.
+#: family and region (catalog/gpus.yaml: quota_families). Cloud Quotas reports the limit, not the usage.
 FAMILY_QUOTA_ID = "GPUS-PER-GPU-FAMILY-per-project-region"
 
 
@@ -99,18 +99,22 @@ def zones_offering(project: str, gpu_type: str, region: str, client) -> list[str
 
 
 def _unknown_fix(gpu, region: str) -> str:
-    if gpu.quota_family:
-        return (f"Cloud Quotas reported no {FAMILY_QUOTA_ID} limit for gpu_family {gpu.quota_family} in {region}: read "
-                f"it with `gcloud beta quotas info describe {FAMILY_QUOTA_ID} --service=compute.googleapis.com` or in "
-                "IAM & Admin > Quotas")
+    if gpu.quota_families:
+        return (f"Cloud Quotas reported no {FAMILY_QUOTA_ID} limit for gpu_family {' or '.join(gpu.quota_families)} "
+                f"in {region}: read it with `gcloud beta quotas info describe {FAMILY_QUOTA_ID} "
+                "--service=compute.googleapis.com` or in IAM & Admin > Quotas")
     return (f"Compute Engine reported no {gpu.quota_metric} quota for {region}: check the region offers "
             f"{gpu.name} and read the quota in IAM & Admin > Quotas")
 
 
-def family_gpu_limits(project: str, family: str, regions: list[str], client) -> dict[str, float]:
+def family_gpu_limits(project: str, families: tuple[str, ...], regions: list[str], client) -> dict[str, float]:
     """The GPU family's on-demand limit per region, from Cloud Quotas' QuotaInfo of GPUS-PER-GPU-FAMILY-per-project-
-    region. Its dimensions infos run from the most specific to the least: the first whose dimensions all match the
-    region and the family (an absent dimension matches every value) holds the limit."""
+    region.
+
+    Only a dimensions info that names the family itself (its ``gpu_family`` value is one of ``families``, the
+    spellings Google's pages use) and the region (its ``region`` dimension, or else its applicable locations) holds
+    the limit. A less specific one (no ``gpu_family``: the default for every family) is never taken: a region with
+    no exact match is left out, and so reads as unknown."""
     from google.api_core.exceptions import GoogleAPICallError
     from google.cloud import cloudquotas_v1
 
@@ -123,13 +127,19 @@ def family_gpu_limits(project: str, family: str, regions: list[str], client) -> 
         return {}
     limits = {}
     for region in regions:
-        wanted = {"region": region, "gpu_family": family}
         for dimensions_info in info.dimensions_infos:
             dimensions = dict(dimensions_info.dimensions)
-            if all(wanted.get(key) == value for key, value in dimensions.items()) and (
-                    "region" in dimensions or {region, "global"} & set(dimensions_info.applicable_locations)):
+            if dimensions.get("gpu_family") not in families:
+                continue
+            in_region = dimensions["region"] == region if "region" in dimensions else \
+                region in dimensions_info.applicable_locations
+            if in_region:
                 limits[region] = float(dimensions_info.details.value)
                 break
+        else:
+            seen = sorted({dict(d.dimensions).get("gpu_family", "(none)") for d in info.dimensions_infos})
+            log.warning("Cloud Quotas lists no %s limit for gpu_family %s in %s (families it lists: %s)",
+                        FAMILY_QUOTA_ID, " or ".join(families), region, ", ".join(seen))
     return limits
 
 
@@ -143,9 +153,10 @@ def regional_gpu_quota(config: GpuflowConfig, client, regions: list[str] | None 
     if gpu is None:
         raise ValueError(f"gpu.type {config.gpu.type!r} is unknown. Fix: run `gpuflow preflight` first.")
     regions = regions or quota_regions(config)
-    if gpu.quota_family:
-        limits = family_gpu_limits(config.project, gpu.quota_family, regions, quotas_client) if quotas_client else {}
-        return [QuotaReading(region, f"{FAMILY_QUOTA_ID} ({gpu.quota_family})", limits.get(region), None,
+    if gpu.quota_families:
+        limits = family_gpu_limits(config.project, gpu.quota_families, regions, quotas_client) if quotas_client else {}
+        family = "/".join(gpu.quota_families)
+        return [QuotaReading(region, f"{FAMILY_QUOTA_ID} ({family})", limits.get(region), None,
                              gpus_needed(config), "usage is not reported by Cloud Quotas" if region in limits
                              else _unknown_fix(gpu, region)) for region in regions]
     readings = []

@@ -31,7 +31,7 @@ JOB_KEYS = (
     "model.name", "model.architecture", "model.chat_template", "model.dtype", "model.max_new_tokens",
     "model.max_input_tokens",
     "gpu.type", "gpu.count", "gpu.machine_type", "gpu.zone", "gpu.request", "gpu.sharing", "gpu.model_copies",
-    "worker.disk_size_gb", "worker.max_num_workers",
+    "worker.machine_type", "worker.disk_size_gb", "worker.max_num_workers",
     "container.recipe", "container.image",
     "dataflow.service_account", "dataflow.experiments", "dataflow.network", "dataflow.subnetwork",
     "launch.mode",

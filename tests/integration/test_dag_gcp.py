@@ -201,9 +201,10 @@ def test_requests_are_the_api_types(cloud):
 
 
 MODES = {
-    # right fitting with model copies shared across processes (streaming: horizontal autoscaling, 2 workers)
+    # right fitting with model copies shared across processes (streaming: horizontal autoscaling, 2 workers); no
+    # Prime and no worker_accelerator: the GPU is asked for in the hint alone
     "resource_hint+model_copies": ({"gpu__request": "resource_hint", "gpu__sharing": "model_copies",
-                                    "gpu__model_copies": 2, "worker__max_num_workers": 2}, ["enable_prime"], False),
+                                    "gpu__model_copies": 2, "worker__max_num_workers": 2}, [], False),
     # one SDK process per worker
     "single_process": ({"gpu__sharing": "single_process"},
                        ["worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"], True),

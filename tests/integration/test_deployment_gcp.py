@@ -15,7 +15,7 @@ from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.records import Records
 from gpuflow.rollout import DeploymentRecord, job_options, plan_rollout
 from gpuflow.steps.cleanup import request_stops
-from gpuflow.steps.deployment import promote, roll_back, update_in_place
+from gpuflow.steps.deployment import ensure_version_pointer, promote, roll_back, update_in_place
 from tests.gcp_fakes import STREAMING_STARTS, FakeGoogleCloud, read_gcs
 from tests.helpers import GCP_TEST_PROJECT
 
@@ -67,6 +67,9 @@ def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_i
     assert rollout.path == "update", rollout.why
     assert rollout.changed == ["inference.max_batch_size", "image"]
 
+    # As the launch task does: the job's pointer folder holds a pointer before Beam stages the update (else the
+    # pipeline refuses to start, since WatchFilePattern would never fire).
+    ensure_version_pointer(config, names, platform, rollout.record)
     handle = update_in_place(config, names, platform, NEW_IMAGE, rollout)
 
     (request,) = cloud.dataflow.calls("launch_template")
@@ -201,6 +204,34 @@ def test_weights_that_fail_point_the_job_back_at_the_recorded_version(deployed):
     folder = "gpuflow/deployments/chat/live/"
     pointers = sorted(records.gcs.list(BUCKET, prefix=folder))
     versions = [json.loads(records.gcs.download(BUCKET, name))["version"] for name in pointers]
-    assert versions == [names.model_version, record.model_version]  # the newest points back
+    # The newest points back (pointer names sort by when they were written; another test's may lie before them).
+    assert versions[-2:] == [names.model_version, record.model_version]
     assert records.read("chat") == record
     assert cloud.dataflow.calls("update_job") == [] and handle.id == record.job["id"]
+
+
+def test_a_deployments_job_never_starts_on_an_empty_pointer_folder(deployed):
+    """Beam's WatchFilePattern needs a pointer before the job starts: a new deployment gets its launch version's,
+    a serving deployment whose folder has none gets the recorded version's (never the new one, which would switch
+    the serving job before the smoke test), and a folder with pointers is left as it is."""
+    cloud, record, records = deployed
+    config = config_of("deployment.name=fresh")
+    platform = GcpPlatform(config, clients=cloud)
+    folder = "gpuflow/deployments/fresh/live/"
+
+    def versions():
+        return [json.loads(records.gcs.download(BUCKET, name))["version"]
+                for name in sorted(records.gcs.list(BUCKET, prefix=folder))]
+
+    try:
+        first = resource_names(config, "gf-0000000011")
+        assert ensure_version_pointer(config, first, platform, None) and versions() == [first.model_version]
+        records.gcs.delete(BUCKET, records.gcs.list(BUCKET, prefix=folder)[0])
+        later = resource_names(config, "gf-0000000012")
+        serving = record.model_copy(update={"name": "fresh"})
+        assert ensure_version_pointer(config, later, platform, serving) and versions() == [record.model_version]
+        assert ensure_version_pointer(config, later, platform, serving) is None  # one there: nothing new
+        assert versions() == [record.model_version]
+    finally:
+        for name in records.gcs.list(BUCKET, prefix=folder):
+            records.gcs.delete(BUCKET, name)

@@ -28,7 +28,8 @@ ACCELERATOR = "worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"
 
 CASES = {
     "worker_accelerator": ([], [ACCELERATOR], "g2-standard-8", None),
-    "resource_hint": (["gpu.request=resource_hint"], ["enable_prime"], "g2-standard-8",
+    # Right fitting without Prime; the steps without the hint on guide 002's CPU machine for flan-t5-large.
+    "resource_hint": (["gpu.request=resource_hint"], [], "n2-highmem-4",
                       b"type:nvidia-l4;count:1;machine_type:g2-standard-8;install-nvidia-driver"),
     "cpu_workers": (["gpu.type=none", "gpu.machine_type=n2-highmem-4", "require_gpu=false"], [], "n2-highmem-4",
                     None),
@@ -107,6 +108,7 @@ def test_the_staged_batch_job_request(case, gcs, monkeypatch):
     assert pool["machineType"] == machine
     assert "use_runner_v2" in environment["experiments"]
     assert "enable_streaming_engine" not in environment["experiments"] and not options.get("streaming")
+    assert "enable_streaming_rightfitting" not in environment["experiments"]  # a batch job needs no experiment
     assert {harness["containerImage"] for harness in pool["sdkHarnessContainerImages"]} == {image}
     pipeline = staged_pipeline(gcs, request)
     names_of_steps = {t.unique_name.split("/")[0] for t in pipeline.components.transforms.values()}
@@ -130,7 +132,7 @@ def test_the_staged_batch_job_request(case, gcs, monkeypatch):
         assert {"ParseLines", "Validate", "WriteAnswers", "WriteDeadLetters", "WriteSummary"} <= {
             name.split("/")[0] for name, value in hints.items() if not value}
 
-    handle = platform.start_template(template_uri, job_name, names)
+    handle = platform.start_template(template_uri, request, job_name, names, streaming=False)
     (launch,) = fake.dataflow.calls("launch_template")
     assert isinstance(launch, dataflow_v1beta3.LaunchTemplateRequest) and launch.gcs_path == template_uri
     assert launch.launch_parameters.environment.machine_type == machine

@@ -9,6 +9,7 @@ import pytest
 from google.cloud import dataflow_v1beta3
 
 from gpuflow.config import load_config
+from gpuflow.dataflow_constraints import violations
 from gpuflow.naming import resource_names
 from gpuflow.platform.dataflow_options import job_name_for
 from gpuflow.platform.gcp import GcpPlatform
@@ -34,6 +35,23 @@ CASES = {
                    "worker.max_num_workers=3"],
         accelerator="worker_accelerator=type:nvidia-tesla-t4;count:1;install-nvidia-driver",
         machine="n1-highmem-8", disk=100, single_process=True,
+    ),
+    "mps": dict(
+        overrides=["model.name=google/flan-t5-large", "gpu.machine_type=g2-standard-8", "gpu.sharing=mps"],
+        accelerator="worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver;use_nvidia_mps",
+        machine="g2-standard-8", disk=50, single_process=False,
+    ),
+    "copies": dict(
+        overrides=["model.name=google/flan-t5-large", "gpu.machine_type=g2-standard-8", "gpu.sharing=model_copies",
+                   "gpu.model_copies=2"],
+        accelerator="worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver",
+        machine="g2-standard-8", disk=50, single_process=False,
+    ),
+    # guide 002's pipeline on CPU workers: no accelerator at all, one SDK process, the guide's machine
+    "cpu": dict(
+        overrides=["model.name=google/flan-t5-large", "gpu.type=none", "gpu.machine_type=n2-highmem-4",
+                   "require_gpu=false"],
+        accelerator=None, machine="n2-highmem-4", disk=50, single_process=True,
     ),
 }
 
@@ -67,7 +85,7 @@ def test_the_staged_streaming_job_request(case, bucket, monkeypatch):
     (pool,) = environment["workerPools"]
     assert request["type"] == "JOB_TYPE_STREAMING"
     assert request["name"] == job_name
-    assert environment["serviceOptions"] == [expected["accelerator"]]
+    assert environment.get("serviceOptions", []) == ([expected["accelerator"]] if expected["accelerator"] else [])
     assert (pool["machineType"], pool["diskSizeGb"]) == (expected["machine"], expected["disk"])
     assert pool["autoscalingSettings"]["maxNumWorkers"] == config.worker.max_num_workers
     assert pool["workerHarnessContainerImage"] == IMAGE
@@ -83,7 +101,9 @@ def test_the_staged_streaming_job_request(case, bucket, monkeypatch):
     assert f"beam:version:sdk_base:apache/beam_python{config.python_version}_sdk:{config.beam_version}" in capabilities
     assert environment["sdkPipelineOptions"]["options"]["streaming"] is True
 
-    handle = platform.start_template(template_uri, job_name, names)
+    # Dataflow's documented constraints hold on what Dataflow receives (start_template refuses it otherwise).
+    assert violations(platform.staged_request(request)) == []
+    handle = platform.start_template(template_uri, request, job_name, names, streaming=True)
     (launch,) = fake.dataflow.calls("launch_template")
     assert isinstance(launch, dataflow_v1beta3.LaunchTemplateRequest)
     assert (launch.project_id, launch.location, launch.gcs_path) == (GCP_TEST_PROJECT, "us-central1", template_uri)
@@ -92,6 +112,7 @@ def test_the_staged_streaming_job_request(case, bucket, monkeypatch):
         expected["machine"], expected["disk"], config.worker.max_num_workers)
     assert runtime.service_account_email == SERVICE_ACCOUNT
     assert runtime.additional_user_labels["gpuflow-run"] == names.prefix
+    assert runtime.enable_streaming_engine  # stated: the field's default is false
     assert handle.id == fake.dataflow.jobs[handle.id].id and handle.location == "us-central1"
 
 

@@ -1,7 +1,7 @@
 """What each GPU mode sends to Dataflow, proven offline with Beam's own staging and the API's own types.
 
-- resource_hint: the staged pipeline proto carries the accelerator hint on the RunInference step alone,
-  and the job request asks for Dataflow Prime without worker_accelerator.
+- resource_hint: the staged pipeline proto carries the accelerator hint on the RunInference step alone, and the
+  job request asks for neither Dataflow Prime nor worker_accelerator; the other steps run on a CPU machine.
 - flex_template: the template file and the LaunchFlexTemplateRequest; and the launcher's command line
   (flex_main.py with the parameters as --name=value) stages a real job request from those parameters.
 """
@@ -45,7 +45,13 @@ def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs, monk
     _, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names), names, IMAGE,
                                          job_name_for(names, config, "llm-inference"), streaming=True)
     environment = request["environment"]
-    assert environment["serviceOptions"] == ["enable_prime"]  # Prime, and never worker_accelerator with the hint
+    # Right fitting without Prime and never with worker_accelerator: the GPU is asked for in the hint alone.
+    assert not environment.get("serviceOptions")
+    # The steps without the hint run on guide 002's CPU machine for flan-t5-large; streaming right fitting's experiment.
+    (pool,) = environment["workerPools"]
+    assert pool["machineType"] == "n2-highmem-4"
+    assert "enable_streaming_rightfitting" in environment["experiments"]
+    assert "enable_streaming_engine" in environment["experiments"]
 
     pipeline_url = environment["sdkPipelineOptions"]["options"]["pipelineUrl"]
     bucket, _, blob = pipeline_url.removeprefix("gs://").partition("/")

@@ -123,3 +123,14 @@ def test_the_staging_acts_as_the_connections_impersonated_account(monkeypatch):
         GcpPlatform(config, clients=cloud).launch_pipeline(pipeline_argv(config, names), names, "img:1")
     assert ("--impersonate_service_account=deployer@acme-ml-prod.iam.gserviceaccount.com,"
             "gpuflow@acme-ml-prod.iam.gserviceaccount.com") in ran[0]
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ([], "project"),                                                   # the example's placeholder project
+    (["project=acme-ml-prod", "gpu.zone=europe-west4-a"], "gpu.zone"),  # a zone outside the region
+])
+def test_launch_command_validates_the_configuration_first(overrides, field, capsys):
+    assert main(["launch-command", "--config", "configs/gcp.example.yaml",
+                 *(item for o in overrides for item in ("--set", o))]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and field in captured.err and "gpuflow preflight" in captured.err

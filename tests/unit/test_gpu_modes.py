@@ -31,14 +31,31 @@ def test_worker_accelerator_is_the_default_request():
     assert "--accelerator-hint" not in argv and "--dataflow_service_options=enable_prime" not in options
 
 
-def test_resource_hint_asks_on_the_inference_step_with_prime_and_never_sends_worker_accelerator():
-    options, argv = options_of(gcp_test_config("gpu.request=resource_hint"))
-    # The right-fitting page's syntax: the GPU's machine type inside the hint.
+def test_resource_hint_asks_on_the_inference_step_without_prime_and_never_sends_worker_accelerator():
+    options, argv = options_of(gcp_test_config("gpu.request=resource_hint", "model.name=google/flan-t5-xl"))
+    # The right-fitting page's syntax: the GPU's machine type inside the hint, and only there.
     assert argv[argv.index("--accelerator-hint") + 1] == "type:nvidia-l4;count:1;machine_type:g2-standard-8;" \
                                                         "install-nvidia-driver"
-    assert "--enable_streaming_engine" in options  # horizontal autoscaling for a streaming job
-    assert "--dataflow_service_options=enable_prime" in options
-    assert not [o for o in options if "worker_accelerator" in o]
+    # The steps without the hint run on guide 002's CPU machine for flan-t5-xl, never on the G2 machine.
+    assert [o for o in options if o.startswith("--machine_type")] == ["--machine_type=n2-highmem-4"]
+    # Right fitting needs no Prime; a streaming job turns it on with the experiment, on Streaming Engine.
+    assert not [o for o in options if "enable_prime" in o or "worker_accelerator" in o]
+    assert "--experiments=enable_streaming_rightfitting" in options and "--enable_streaming_engine" in options
+
+
+def test_resource_hint_pipeline_machine_type_is_its_own_key_and_absent_with_prime():
+    options, _ = options_of(gcp_test_config("gpu.request=resource_hint", "worker.machine_type=n2-standard-4"))
+    assert [o for o in options if o.startswith("--machine_type")] == ["--machine_type=n2-standard-4"]
+    # Dataflow Prime does not support --machine_type for Python pipelines: with Prime asked for, none is sent.
+    options, argv = options_of(gcp_test_config("gpu.request=resource_hint", "dataflow_service_options=[enable_prime]"))
+    assert not [o for o in options if o.startswith("--machine_type")]
+    assert "--dataflow_service_options=enable_prime" in options and "machine_type:g2-standard-8" in " ".join(argv)
+
+
+def test_a_batch_job_with_the_hint_gets_no_streaming_experiment():
+    config = gcp_test_config("gpu.request=resource_hint")
+    assert "enable_streaming_rightfitting" not in experiments(config, streaming=False)
+    assert "enable_streaming_rightfitting" in experiments(config, streaming=True)
 
 
 @pytest.mark.parametrize(("overrides", "single_process"), [
@@ -50,7 +67,7 @@ def test_resource_hint_asks_on_the_inference_step_with_prime_and_never_sends_wor
 ])
 def test_sharing_decides_the_single_process_experiment(overrides, single_process):
     config = gcp_test_config(*overrides)
-    assert ("no_use_multiple_sdk_containers" in experiments(config)) is single_process
+    assert ("no_use_multiple_sdk_containers" in experiments(config, streaming=True)) is single_process
 
 
 def test_mps_rides_on_worker_accelerator():

@@ -125,7 +125,8 @@ def test_streaming_right_fitting_needs_horizontal_autoscaling(overrides, errors)
     found = list(streaming_right_fitting_autoscales(load_config(None, overrides=overrides)))
     assert [f.field for f in found if f.level == "error"] == errors
     assert all("2 or more" in f.fix for f in found if f.field == "worker.max_num_workers")
-    assert any(f.level == "info" and "recent" in f.problem for f in found) == ("gpu.request=resource_hint" in overrides)
+    assert any(f.level == "info" and "enable_streaming_rightfitting" in f.problem for f in found) == (
+        "gpu.request=resource_hint" in overrides)
     # The streaming workflow's preflight runs it.
     assert [f.field for f in findings(*overrides) if f.level == "error" and f.field in errors] == errors
 
@@ -204,7 +205,43 @@ def test_cpu_workers_options_have_no_accelerator_and_load_the_model_once_per_wor
 
     config = load_config("configs/gcp.example.yaml", overrides=CPU)
     assert service_options(config) == []  # no worker_accelerator, no Prime
-    assert "no_use_multiple_sdk_containers" in experiments(config)  # guide 002's experiment for the CPU pipeline
+    assert "no_use_multiple_sdk_containers" in experiments(config, streaming=True)  # guide 002's experiment for the CPU pipeline
     assert effective_dtype(config) == "float32"
     assert job_name_for(resource_names(config, "gf-0123456789"), config, "llm-inference").endswith("-us-central1-cpu")
     assert gpu_quota(config, clients=None) == []  # no GPU quota to read
+
+
+HINT = ["gpu.request=resource_hint", "worker.max_num_workers=2", "model.name=google/flan-t5-xxl",
+        "gpu.type=nvidia-tesla-a100", "gpu.machine_type=a2-highgpu-1g"]
+
+
+def test_right_fitting_runs_the_unhinted_steps_on_guide_002s_cpu_machine():
+    from gpuflow.gpu_options import pipeline_machine_type
+
+    config = load_config(None, overrides=HINT)
+    assert pipeline_machine_type(config) == "n2-highmem-8"  # guide 002's row for flan-t5-xxl
+    (note,) = [f for f in findings(*HINT) if f.field == "worker.machine_type"]
+    assert note.level == "info" and "n2-highmem-8" in note.problem and "a2-highgpu-1g" in note.problem
+    # A GPU machine for the unhinted steps would bill each of their VMs for GPUs.
+    (wrong,) = [f for f in findings(*HINT, "worker.machine_type=g2-standard-4") if f.field == "worker.machine_type"]
+    assert wrong.level == "error" and "n2-highmem-8" in wrong.fix
+
+
+def test_right_fitting_with_prime_sends_no_machine_type_and_refuses_one_set_by_hand():
+    from gpuflow.gpu_options import pipeline_machine_type
+
+    prime = [*HINT, "dataflow_service_options=[enable_prime]"]
+    assert pipeline_machine_type(load_config(None, overrides=prime)) is None
+    (note,) = [f for f in findings(*prime) if f.field == "worker.machine_type"]
+    assert note.level == "info" and "no machine type is sent" in note.problem
+    errors = [f for f in findings(*prime, "worker.machine_type=n2-highmem-8") if f.level == "error"]
+    assert [f.field for f in errors] == ["worker.machine_type"] and "Prime" in errors[0].problem
+
+
+def test_a_model_outside_guide_002s_table_gets_the_cpu_machine_of_the_next_larger_row():
+    from gpuflow import catalog
+
+    assert catalog.cpu_worker_machine_for("google/flan-t5-large", None) == "n2-highmem-4"
+    assert catalog.cpu_worker_machine_for("my/model", 5000) == "n2-highmem-8"  # between xl (2850M) and xxl
+    assert catalog.cpu_worker_machine_for("my/model", 90000) == "n2-highmem-16"  # beyond flan-ul2: its row
+    assert catalog.cpu_worker_machine_for("my/model", None) == "n2-highmem-4"

@@ -57,3 +57,22 @@ def test_group_by_length_uses_beams_length_buckets():
 def test_fp16_is_refused():
     with pytest.raises(ValueError, match="fp16 overflows"):
         llm_models.choose_device_and_dtype("float16")
+
+
+STREAMING = [*BASE, "--messages-subscription", "projects/p/subscriptions/s", "--responses-topic", "projects/p/topics/r",
+             "--dead-letter-topic", "projects/p/topics/d"]
+
+
+def test_the_side_input_refresh_refuses_a_folder_without_a_pointer(tmp_path):
+    """Beam's WatchFilePattern needs a pointer at startup; without one the job would hold every prompt."""
+    import apache_beam as beam
+
+    args, _ = llm_inference.parse_args([*STREAMING, "--model-refresh-folder", str(tmp_path)])
+    with pytest.raises(llm_inference.NoVersionPointer, match="no model version pointer matches"):
+        llm_inference.model_versions(beam.Pipeline(), args, streaming=True)
+    (tmp_path / "0001796000000-v1.json").write_text('{"version": "v1"}')
+    assert llm_inference.model_versions(beam.Pipeline(), args, streaming=True) is not None
+    # The local profile's poll needs no pointer at startup.
+    args, _ = llm_inference.parse_args([*STREAMING, "--model-refresh-folder", str(tmp_path / "none"),
+                                        "--model-refresh", "poll"])
+    assert llm_inference.model_versions(beam.Pipeline(), args, streaming=True) is None

@@ -56,10 +56,25 @@ def test_h100_quota_is_the_gpu_family_limit_from_cloud_quotas_not_a_regional_com
                             "GPUS-PER-GPU-FAMILY-per-project-region")
     # us-central1: 16 H100s, enough for 8 if none is in use (Cloud Quotas reports no usage): not known to be short.
     assert (central.metric, central.limit, central.usage, central.enough) == (
-        "GPUS-PER-GPU-FAMILY-per-project-region (NVIDIA_H100)", 16, None, None)
-    # us-east4: only the default, 0, applies: known to be too small, which the launch refuses before it starts.
-    assert (east.limit, east.enough) == (0, False)
-    assert "NOT ENOUGH" in format_quota([east]) and "limit ok (usage is not reported" in format_quota([central])
+        "GPUS-PER-GPU-FAMILY-per-project-region (NVIDIA_H100/NVIDIA_H100_80GB)", 16, None, None)
+    # us-east4: only the default for every family (0) applies, a less specific limit that is never taken: unknown.
+    assert (east.known, east.limit, east.enough) == (False, None, None)
+    assert "UNKNOWN" in format_quota([east]) and "gcloud beta quotas info describe" in east.fix
+    assert "limit ok (usage is not reported" in format_quota([central])
+
+
+def test_h100_quota_matches_the_family_as_the_quota_info_spells_it():
+    """Google's quota page writes NVIDIA_H100, its Cluster Toolkit A3 page NVIDIA_H100_80GB: either is the H100's."""
+    for spelling in ("NVIDIA_H100", "NVIDIA_H100_80GB"):
+        quotas = FakeCloudQuotas({("us-central1", spelling): 24, ("us-central1", "NVIDIA_A100_80GB"): 64}, default=2)
+        (reading,) = regional_gpu_quota(config(*H100), FakeRegionsClient({}), quotas_client=quotas)
+        assert (reading.known, reading.limit) == (True, 24), spelling
+
+
+def test_a_quota_info_of_another_family_only_is_unknown_never_its_limit():
+    quotas = FakeCloudQuotas({("us-central1", "NVIDIA_H200"): 64, ("us-central1", "NVIDIA_A100_80GB"): 64}, default=8)
+    (reading,) = regional_gpu_quota(config(*H100), FakeRegionsClient({}), quotas_client=quotas)
+    assert (reading.known, reading.limit, reading.enough) == (False, None, None)
 
 
 def test_h100_without_a_cloud_quotas_answer_is_unknown_with_the_fix():

@@ -30,8 +30,9 @@ class GpuType:
     bf16: bool
     families: tuple[str, ...]
     counts: tuple[int, ...]
-    quota_metric: str | None  # None: no regional Compute Engine metric (then quota_family names the Cloud Quotas one)
-    quota_family: str | None = None  # the Cloud Quotas gpu_family of GPUS-PER-GPU-FAMILY-per-project-region
+    quota_metric: str | None  # None: no regional Compute Engine metric (then quota_families name the Cloud Quotas one)
+    # The Cloud Quotas gpu_family of GPUS-PER-GPU-FAMILY-per-project-region, each spelling Google's pages use.
+    quota_families: tuple[str, ...] = ()
     min_beam: str | None = None
     recommended_beam: str | None = None
     min_driver: int | None = None
@@ -58,7 +59,7 @@ def gpu_types() -> dict[str, GpuType]:
             families=tuple(row["families"]),
             counts=tuple(row.get("counts", ())),
             quota_metric=row["quota_metric"],
-            quota_family=row.get("quota_family"),
+            quota_families=tuple(row.get("quota_families", ())),
             min_beam=row.get("min_beam"),
             recommended_beam=row.get("recommended_beam"),
             min_driver=row.get("min_driver"),
@@ -129,6 +130,19 @@ def export_size_for(parameters_m: float, architecture: str = "seq2seq") -> Model
     rows = [ModelSize(**row) for row in _load("models")["models"].values()]
     sizes = sorted((size for size in rows if size.architecture == architecture), key=lambda s: s.parameters_m)
     return next((size for size in sizes if size.parameters_m >= parameters_m), sizes[-1])
+
+
+def cpu_worker_machine_for(name: str, parameters_m: float | None) -> str:
+    """Guide 002's n2-highmem machine for a model on CPU workers: the model's own row, else the row of the smallest
+    model with a row that is at least as large (the largest row's beyond), else n2-highmem-4 (flan-t5-large's)."""
+    size = model_size(name)
+    if size is not None and size.cpu_worker_machine:
+        return size.cpu_worker_machine
+    rows = sorted((ModelSize(**row) for row in _load("models")["models"].values() if row.get("cpu_worker_machine")),
+                  key=lambda row: row.parameters_m)
+    if parameters_m is None:
+        return "n2-highmem-4"
+    return next((row for row in rows if row.parameters_m >= parameters_m), rows[-1]).cpu_worker_machine
 
 
 def bytes_per_parameter(dtype: str) -> int:

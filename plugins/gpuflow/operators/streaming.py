@@ -191,6 +191,10 @@ class LaunchPipelineOperator(GpuflowStepOperator):
 
     def run_step(self, config, names, platform, context):
         rollout = None if self.batch else rollout_plan(context)
+        if rollout is not None and rollout.path != "weights":  # a deployment's new job watches its pointer folder
+            from gpuflow.steps.deployment import ensure_version_pointer
+
+            ensure_version_pointer(config, names, platform, rollout.record)
         if rollout is not None and rollout.path in ("weights", "update"):
             return self._roll_out(config, names, platform, context, rollout)
         return self._start(config, names, context, after=0, failures=[])

@@ -7,36 +7,42 @@ import sys
 from typing import Any
 
 from gpuflow.config import GpuflowConfig, beam_jobs_dir
+from gpuflow.gpu_options import pipeline_machine_type
 from gpuflow.naming import ResourceNames
 
 
 def service_options(config: GpuflowConfig) -> list[str]:
     """The configured service options, plus how the GPU is asked for.
 
-    worker_accelerator: gpuflow's option unless one was written by hand. resource_hint: Dataflow Prime
-    (``enable_prime``) and no worker_accelerator at all; the hint sits on the RunInference step. The right-fitting
-    page: "Right fitting supports Dataflow Prime" and "When you use right fitting, don't use the worker_accelerator
-    service option" (docs.cloud.google.com/dataflow/docs/guides/right-fitting); the Prime page lists right fitting
-    (resource hints) among Prime's features (docs.cloud.google.com/dataflow/docs/guides/enable-dataflow-prime).
+    worker_accelerator: gpuflow's option unless one was written by hand. resource_hint: no worker_accelerator at all
+    ("When you use right fitting, don't use the worker_accelerator service option") and no Dataflow Prime unless the
+    configuration asks for it ("When you use a resource hint in your pipeline, right fitting is automatically
+    enabled"; both docs.cloud.google.com/dataflow/docs/guides/right-fitting); the hint sits on the RunInference step.
     """
     from gpuflow.gpu_options import PREFIX, worker_accelerator
 
     options = list(config.dataflow_service_options)
-    if not config.uses_gpu:  # CPU workers: no accelerator at all
+    if not config.uses_gpu or config.gpu.request == "resource_hint":  # CPU workers, or the GPU is in the hint
         return options
-    if config.gpu.request == "resource_hint":
-        return options if "enable_prime" in options else [*options, "enable_prime"]
     if not any(option.startswith(PREFIX) for option in options):
         options.append(worker_accelerator(config))
     return options
 
 
-def experiments(config: GpuflowConfig) -> list[str]:
+#: The right-fitting page (docs.cloud.google.com/dataflow/docs/guides/right-fitting): "Right fitting is supported with
+#: streaming pipelines with horizontal autoscaling enabled. You can enable it by setting the
+#: --experiments=enable_streaming_rightfitting pipeline option."
+STREAMING_RIGHT_FITTING = "enable_streaming_rightfitting"
+
+
+def experiments(config: GpuflowConfig, streaming: bool) -> list[str]:
     from gpuflow.gpu_options import effective_sharing
 
     chosen = ["use_runner_v2", *config.dataflow.experiments]
     if effective_sharing(config) == "single_process" and "no_use_multiple_sdk_containers" not in chosen:
         chosen.append("no_use_multiple_sdk_containers")
+    if streaming and config.uses_gpu and config.gpu.request == "resource_hint" and STREAMING_RIGHT_FITTING not in chosen:
+        chosen.append(STREAMING_RIGHT_FITTING)
     return chosen
 
 
@@ -62,18 +68,19 @@ def dataflow_options(config: GpuflowConfig, names: ResourceNames, image: str, jo
         f"--staging_location={names.gcs_uri('staging')}",
         f"--sdk_container_image={image}",
         "--sdk_location=container",
-        f"--machine_type={config.gpu.machine_type}",
         f"--disk_size_gb={config.worker.disk_size_gb}",
         f"--max_num_workers={config.worker.max_num_workers}",
-        *(f"--experiments={experiment}" for experiment in experiments(config)),
+        *(f"--experiments={experiment}" for experiment in experiments(config, streaming)),
         *(f"--dataflow_service_options={option}" for option in service_options(config)),
         *(f"--labels={key}={value}" for key, value in names.labels.items()),
     ]
+    machine_type = pipeline_machine_type(config)
+    if machine_type:
+        options.append(f"--machine_type={machine_type}")
     if streaming:
-        options.append("--streaming")
-        if config.gpu.request == "resource_hint":
-            # Right fitting supports streaming only with horizontal autoscaling, which Streaming Engine gives.
-            options.append("--enable_streaming_engine")
+        # Streaming Engine, stated rather than left to a default: streaming autoscaling (and so streaming right
+        # fitting) needs it (docs.cloud.google.com/dataflow/docs/horizontal-autoscaling).
+        options += ["--streaming", "--enable_streaming_engine"]
     if config.dataflow.service_account:
         options.append(f"--service_account_email={config.dataflow.service_account}")
     if config.dataflow.network:
@@ -140,26 +147,32 @@ def gpu_metric_filter(metric_type: str, job_id: str) -> str:
     return f'metric.type = "{metric_type}" AND resource.type = "dataflow_job" AND metric.labels.job_id = "{job_id}"'
 
 
-def runtime_environment(config: GpuflowConfig, names: ResourceNames):
+def runtime_environment(config: GpuflowConfig, names: ResourceNames, streaming: bool):
     """The launch-time environment: the same worker pool as the staged request, stated again at launch."""
     from google.cloud import dataflow_v1beta3
 
-    return dataflow_v1beta3.RuntimeEnvironment(**worker_pool_fields(config, names))
+    return dataflow_v1beta3.RuntimeEnvironment(**worker_pool_fields(config, names, streaming))
 
 
-def worker_pool_fields(config: GpuflowConfig, names: ResourceNames) -> dict[str, Any]:
-    """The fields a classic and a Flex Template launch both state about the workers."""
+def worker_pool_fields(config: GpuflowConfig, names: ResourceNames, streaming: bool) -> dict[str, Any]:
+    """The fields a classic and a Flex Template launch both state about the workers.
+
+    ``enable_streaming_engine`` is true for a streaming job: the field's default is false ("The default value is
+    false", docs.cloud.google.com/dataflow/docs/reference/pipeline-options, enableStreamingEngine, "Supported in Flex
+    Templates"), and streaming autoscaling, which streaming right fitting needs, runs on Streaming Engine
+    (docs.cloud.google.com/dataflow/docs/horizontal-autoscaling)."""
     return {
         "max_workers": config.worker.max_num_workers,
-        "machine_type": config.gpu.machine_type,
+        "machine_type": pipeline_machine_type(config) or "",
         "disk_size_gb": config.worker.disk_size_gb,
         "temp_location": names.gcs_uri("tmp"),
         "service_account_email": config.dataflow.service_account or "",
         "network": config.dataflow.network or "",
         "subnetwork": config.dataflow.subnetwork or "",
         "worker_zone": config.gpu.zone or "",
-        "additional_experiments": experiments(config),
+        "additional_experiments": experiments(config, streaming),
         "additional_user_labels": names.labels,
+        "enable_streaming_engine": streaming,
     }
 
 
@@ -188,15 +201,15 @@ def flex_template_spec(image: str, parameter_names: list[str]) -> dict[str, Any]
     }
 
 
-def flex_runtime_environment(config: GpuflowConfig, names: ResourceNames, image: str):
+def flex_runtime_environment(config: GpuflowConfig, names: ResourceNames, image: str, streaming: bool):
     from google.cloud import dataflow_v1beta3
 
     return dataflow_v1beta3.FlexTemplateRuntimeEnvironment(
-        **worker_pool_fields(config, names), staging_location=names.gcs_uri("staging"), sdk_container_image=image)
+        **worker_pool_fields(config, names, streaming), staging_location=names.gcs_uri("staging"), sdk_container_image=image)
 
 
 def flex_launch(config: GpuflowConfig, names: ResourceNames, job: str, argv: list[str], image: str,
-                job_name: str) -> tuple[dict[str, Any], Any]:
+                job_name: str, streaming: bool) -> tuple[dict[str, Any], Any]:
     """The Flex Template file and the LaunchFlexTemplateRequest that starts it (the CLI prints the request)."""
     from google.cloud import dataflow_v1beta3
 
@@ -205,7 +218,7 @@ def flex_launch(config: GpuflowConfig, names: ResourceNames, job: str, argv: lis
         project_id=config.project, location=config.region,
         launch_parameter=dataflow_v1beta3.LaunchFlexTemplateParameter(
             job_name=job_name, container_spec_gcs_path=names.gcs_uri("templates", f"{job_name}.flex.json"),
-            parameters=parameters, environment=flex_runtime_environment(config, names, image)),
+            parameters=parameters, environment=flex_runtime_environment(config, names, image, streaming)),
     )
     return flex_template_spec(image, sorted(parameters)), request
 

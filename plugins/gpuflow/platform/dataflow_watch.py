@@ -5,7 +5,7 @@ Dataflow keeps a job RUNNING while it retries a zone with no free GPUs, and RUNN
 is up. So the watch reads the job's messages too:
 - the worker pool is up when Dataflow writes "Workers have started successfully." or "All workers have finished
   the startup processes and began to receive work requests." (some service versions write them at
-  JOB_MESSAGE_DETAILED importance, so messages are read at DETAILED and above), or when an autoscaling event's
+  JOB_MESSAGE_DETAILED importance, so messages are read at DETAILED and above), or when any autoscaling event's
   ``current_num_workers`` is above 0 (as Google's Dataflow samples read the worker count);
 - an error that a fallback can fix (ZONE_RESOURCE_POOL_EXHAUSTED, in a zone or region-wide) ends the wait at once.
 
@@ -73,9 +73,10 @@ class DataflowStartWatch:
                 return JobOutcome("reached", f"Dataflow job {self.job_id} is {state.name}")
             log.info("Dataflow job %s: %s (%.0fs)", self.job_id, state.name, elapsed_s)
             return None
-        latest = max(autoscaling_events, key=lambda event: event.time, default=None)
-        if latest is not None and latest.current_num_workers > 0 and not self.workers_started:
-            log.info("  autoscaling: %d worker(s) running", latest.current_num_workers)
+        # Any event with workers running says they started: a later event (a new target, say) must not hide it.
+        running = max((event.current_num_workers for event in autoscaling_events), default=0)
+        if running > 0 and not self.workers_started:
+            log.info("  autoscaling: %d worker(s) running", running)
             self.workers_started = True
         for message in messages:
             if message.id in self.seen:

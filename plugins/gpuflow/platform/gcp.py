@@ -32,6 +32,10 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
         argv = ["--report", names.gcs_uri("gpu-check", "report.json")]
         if self.config.require_gpu:
             argv.append("--require-gpu")
+        if self.config.gpu.request == "resource_hint":  # right fitting: the GPU comes with the hint alone
+            from gpuflow.gpu_options import accelerator_hint
+
+            argv += ["--accelerator-hint", accelerator_hint(self.config)]
         return self.start_job("gpu_check.py", argv, names, image, job_name_for(names, self.config, "gpu-check"),
                               streaming=False)
 

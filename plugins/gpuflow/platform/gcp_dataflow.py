@@ -12,7 +12,9 @@ The launch, the job reads and the stops go through the provider's ``DataflowHook
 private jobs controller, so ``find_run_jobs`` lists active jobs with the Dataflow Jobs client (``GcpClients``).
 
 Because step 1 is Beam's own code, the request can be read back and checked offline (tests do, on the
-GCS emulator), and the launch command can be printed for a person to run (`gpuflow launch-command`).
+GCS emulator), and the launch command can be printed for a person to run (`gpuflow launch-command`). Every launch
+reads the request back and checks it against Dataflow's documented constraints (``gpuflow.dataflow_constraints``)
+right before it is sent.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import sys
 from typing import Any
 
 from gpuflow.config import beam_jobs_dir
+from gpuflow.dataflow_constraints import enforce
+from gpuflow.dataflow_request import DataflowRequest, from_flex_launch, from_staged_job, with_template_launch
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import JobHandle
 from gpuflow.platform.console import dataflow_job_url
@@ -78,18 +82,37 @@ class DataflowJobs(GcpService):
             )
         return template_uri, template
 
+    def image_cuda(self) -> int | None:
+        """The CUDA line of the image gpuflow builds from its recipe; None for an image named in container.image."""
+        from gpuflow.containers import recipe_metadata
+
+        return None if self.config.container.image else recipe_metadata(self.config.container.recipe).cuda_major
+
+    def staged_request(self, template: dict[str, Any]) -> DataflowRequest:
+        """The staged job as Dataflow receives it, with the resource hints of its pipeline proto (read from GCS)."""
+        pipeline_url = template.get("environment", {}).get("sdkPipelineOptions", {}).get("options", {}).get(
+            "pipelineUrl")
+        proto = None
+        if pipeline_url:
+            bucket, _, blob = pipeline_url.removeprefix("gs://").partition("/")
+            proto = self._gcs().download(bucket, blob)
+        return from_staged_job(template, proto, self.image_cuda())
+
     def _dataflow_hook(self, drain: bool = False):
         from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
 
         # cancel_timeout=None: the hook only asks for the stop; the cleanup task waits for it in its trigger.
         return DataflowHook(gcp_conn_id=self.conn_id, drain_pipeline=drain, cancel_timeout=None)
 
-    def start_template(self, template_uri: str, job_name: str, names: ResourceNames) -> JobHandle:
-        """Start the Beam-staged request with the provider's DataflowHook.launch_job_with_template (no waiting)."""
+    def start_template(self, template_uri: str, template: dict[str, Any], job_name: str, names: ResourceNames,
+                       streaming: bool) -> JobHandle:
+        """Start the Beam-staged request with the provider's DataflowHook.launch_job_with_template (no waiting), once
+        the request (the staged job with the launch's environment) passes Dataflow's documented constraints."""
         from google.cloud import dataflow_v1beta3
 
-        environment = dataflow_v1beta3.RuntimeEnvironment.to_dict(
-            runtime_environment(self.config, names), preserving_proto_field_name=False)
+        runtime = runtime_environment(self.config, names, streaming)
+        enforce(with_template_launch(self.staged_request(template), runtime))
+        environment = dataflow_v1beta3.RuntimeEnvironment.to_dict(runtime, preserving_proto_field_name=False)
         job = self._dataflow_hook().launch_job_with_template(
             job_name=job_name, variables={}, parameters={}, dataflow_template=template_uri, append_job_name=False,
             project_id=self.config.project, location=self.config.region, environment=environment)
@@ -102,13 +125,14 @@ class DataflowJobs(GcpService):
                          url=dataflow_job_url(self.config.project, region, job_id))
 
     def start_flex_template(self, job: str, argv: list[str], names: ResourceNames, image: str,
-                            job_name: str, update: dict[str, str] | None = None) -> JobHandle:
+                            job_name: str, streaming: bool, update: dict[str, str] | None = None) -> JobHandle:
         """launch.mode flex_template: write the template file, then launch it with the provider's
         DataflowHook.launch_job_with_flex_template; the image pickles its own job. ``update`` (a transform name
         mapping): replace the running job ``job_name`` in place, with the update fields in the same body."""
         from google.cloud import dataflow_v1beta3
 
-        spec, request = flex_launch(self.config, names, job, argv, image, job_name)
+        spec, request = flex_launch(self.config, names, job, argv, image, job_name, streaming)
+        enforce(from_flex_launch(request.launch_parameter, self.image_cuda()))
         spec_uri = request.launch_parameter.container_spec_gcs_path
         self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
                            data=json.dumps(spec, indent=2), mime_type="application/json")
@@ -127,9 +151,9 @@ class DataflowJobs(GcpService):
                   streaming: bool) -> JobHandle:
         """Stage with Airflow's Beam and start (direct), or start as a Flex Template from the image itself."""
         if self.config.launch.mode == "flex_template":
-            return self.start_flex_template(script.removesuffix(".py"), argv, names, image, job_name)
-        template_uri, _ = self.stage_template(script, argv, names, image, job_name, streaming)
-        return self.start_template(template_uri, job_name, names)
+            return self.start_flex_template(script.removesuffix(".py"), argv, names, image, job_name, streaming)
+        template_uri, template = self.stage_template(script, argv, names, image, job_name, streaming)
+        return self.start_template(template_uri, template, job_name, names, streaming)
 
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "",
                         streaming: bool = True) -> JobHandle:
@@ -148,13 +172,15 @@ class DataflowJobs(GcpService):
         from google.cloud import dataflow_v1beta3
 
         if self.config.launch.mode == "flex_template":
-            handle = self.start_flex_template("llm_inference", argv, names, image, job_name,
+            handle = self.start_flex_template("llm_inference", argv, names, image, job_name, streaming=True,
                                               update=transform_name_mapping)
         else:
-            template_uri, _ = self.stage_template("llm_inference.py", argv, names, image, job_name, streaming=True)
+            template_uri, template = self.stage_template("llm_inference.py", argv, names, image, job_name,
+                                                         streaming=True)
+            runtime = runtime_environment(self.config, names, streaming=True)
+            enforce(with_template_launch(self.staged_request(template), runtime))
             parameters = dataflow_v1beta3.LaunchTemplateParameters(
-                job_name=job_name, update=True, transform_name_mapping=transform_name_mapping,
-                environment=runtime_environment(self.config, names))
+                job_name=job_name, update=True, transform_name_mapping=transform_name_mapping, environment=runtime)
             body = dataflow_v1beta3.LaunchTemplateParameters.to_dict(parameters, preserving_proto_field_name=False)
             response = self._dataflow_hook().get_conn().projects().locations().templates().launch(
                 projectId=self.config.project, location=self.config.region, gcsPath=template_uri, body=body,

@@ -121,6 +121,11 @@ class Records:
         log.info("model version pointer %s -> %s", uri, version)
         return uri
 
+    def has_pointer(self, name: str) -> bool:
+        """Whether the deployment's pointer folder holds any version pointer."""
+        bucket, prefix = split_gcs_uri(pointer_folder(self.config, name) + "/")
+        return any(blob.endswith(".json") for blob in self.gcs.list(bucket, prefix=prefix, delimiter="/"))
+
     # -- run leases ------------------------------------------------------------------------------
     def write_lease(self, names: ResourceNames, dag_id: str, run_id: str) -> None:
         """Which DAG run owns the ``gf-`` prefix (and which deployment it serves), beside the run's objects."""

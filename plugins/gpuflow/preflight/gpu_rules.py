@@ -21,6 +21,8 @@ from gpuflow.gpu_options import (
     model_memory_gb,
     model_parameters_m,
     parse_worker_accelerator,
+    pipeline_machine_type,
+    uses_prime,
     worker_accelerator,
 )
 from gpuflow.preflight.findings import Finding, error, info, warning
@@ -250,12 +252,12 @@ def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
 
 
 def streaming_right_fitting_autoscales(config: GpuflowConfig) -> Iterator[Finding]:
-    """Right fitting on a streaming pipeline needs horizontal autoscaling.
+    """Right fitting on a streaming pipeline needs horizontal autoscaling and an experiment.
 
-    docs.cloud.google.com/dataflow/docs/guides/right-fitting, "Support and limitations": older revisions say
-    batch pipelines only; newer ones add "streaming pipelines with horizontal autoscaling enabled". gpuflow's
-    streaming job then runs on Streaming Engine (--enable_streaming_engine), which autoscales horizontally
-    between one worker and worker.max_num_workers.
+    docs.cloud.google.com/dataflow/docs/guides/right-fitting: "Right fitting is supported with streaming pipelines
+    with horizontal autoscaling enabled. You can enable it by setting the --experiments=enable_streaming_rightfitting
+    pipeline option." gpuflow sends that experiment with every streaming job in resource_hint mode, on Streaming
+    Engine, which autoscales horizontally between one worker and worker.max_num_workers.
     """
     if config.gpu.request != "resource_hint" or not config.uses_gpu:  # CPU workers: cpu_workers refuses the hint
         return
@@ -266,9 +268,34 @@ def streaming_right_fitting_autoscales(config: GpuflowConfig) -> Iterator[Findin
     if "disable_streaming_engine" in config.dataflow.experiments:
         yield error("dataflow.experiments", "right fitting on a streaming pipeline needs horizontal autoscaling, "
                     "which needs Streaming Engine", "remove disable_streaming_engine from dataflow.experiments")
-    yield info("gpu.request", "Dataflow supports right fitting for streaming pipelines only in recent revisions "
-               "of its right-fitting page (batch pipelines have long been supported)",
-               "if the job is refused, use gpu.request: worker_accelerator for streaming")
+    yield info("gpu.request", "a streaming job with right fitting needs --experiments=enable_streaming_rightfitting "
+               "(Dataflow's right-fitting page)", "gpuflow sends it with the job")
+
+
+def right_fitting_machine_types(config: GpuflowConfig) -> Iterator[Finding]:
+    """resource_hint: the GPU's machine type goes inside the hint; the pipeline's machine type is a CPU machine for
+    the steps without it, or none at all with Dataflow Prime, which does not support --machine_type for Python
+    pipelines (docs.cloud.google.com/dataflow/docs/guides/enable-dataflow-prime, "Unsupported features")."""
+    if config.gpu.request != "resource_hint" or not config.uses_gpu:
+        return
+    if uses_prime(config):
+        if config.worker.machine_type:
+            yield error("worker.machine_type", "Dataflow Prime does not support designating VM types with "
+                        "--machine_type for Python pipelines, and dataflow_service_options has enable_prime",
+                        "leave worker.machine_type empty (Prime picks the workers), or drop enable_prime")
+        yield info("worker.machine_type", "with Dataflow Prime no machine type is sent; Prime picks the workers of "
+                   "the steps without the GPU hint", f"the hint still names {config.gpu.machine_type} for RunInference")
+        return
+    machine_type = pipeline_machine_type(config)
+    if machine_type.split("-", 1)[0] in GPU_MACHINE_FAMILIES:
+        yield error("worker.machine_type", f"{machine_type} is a GPU machine type; the steps without the GPU hint "
+                    "would run on it, each VM billed for its GPUs",
+                    f"set worker.machine_type to a CPU machine type, e.g. "
+                    f"{catalog.cpu_worker_machine_for(config.model.name, model_parameters_m(config))}")
+    else:
+        yield info("worker.machine_type", f"the steps without the GPU hint run on {machine_type}; RunInference runs "
+                   f"on {config.gpu.machine_type} with {config.gpu.count} x {config.gpu.type}",
+                   "set worker.machine_type to choose the CPU machine")
 
 
 ZonesOffering = Callable[[str, str], list[str]]
@@ -352,6 +379,7 @@ GPU_RULES = [
     model_memory_fits,
     custom_machine_valid,
     gpu_request_and_sharing,
+    right_fitting_machine_types,
     region_offers_gpu,
     zone_not_pinned,
 ]

@@ -44,6 +44,25 @@ def roll_out_weights(config: GpuflowConfig, names: ResourceNames, platform: Plat
     return JobHandle.model_validate(rollout.record.job)
 
 
+def ensure_version_pointer(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+                           record: DeploymentRecord | None) -> str | None:
+    """Before a deployment's job starts, its pointer folder must hold a pointer: Beam 2.77's WatchFilePattern
+    "expects at least one file present that matches the file_pattern" at startup, and on an empty folder its side
+    input never fires, so RunInference would hold every prompt (apache_beam/ml/inference/utils.py).
+
+    A new deployment: the launch version's pointer. A deployment whose job serves (update, replace): the folder
+    keeps its pointers, and where it has none, the recorded version's, the one that job already serves: a pointer
+    to the new version would switch the serving job before the smoke test has passed. Either way the new job starts
+    on its own ``--model-version``; Beam hands it only pointers written after it started."""
+    records = Records(config, platform.conn_id)
+    if record is None:
+        return records.write_pointer(names.deployment, names.model_version, names.model_dir_uri,
+                                     names.state_dict_uri)
+    if records.has_pointer(names.deployment):
+        return None
+    return records.write_pointer(names.deployment, record.model_version, record.model_dir_uri, record.state_dict_uri)
+
+
 def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: Platform, image: str,
                     rollout: RolloutPlan) -> JobHandle:
     """The update path: Dataflow replaces the recorded job in place, under its name."""

@@ -1,0 +1,24 @@
+"""`gpuflow launch-command --check`: Beam's DataflowRunner stages the direct launch's job into a local GCS emulator
+(nothing reaches Google) and the request is checked against Dataflow's documented constraints."""
+
+from gpuflow.cli import main
+
+
+def run_check(local_config, *overrides):
+    emulators = [f"local.pubsub_emulator_host={local_config.local.pubsub_emulator_host}",
+                 f"local.storage_emulator_host={local_config.local.storage_emulator_host}"]
+    settings = ["project=acme-ml-prod", "bucket=gpuflow-launch-check", *emulators, *overrides]
+    return main(["launch-command", "--check", "--config", "configs/gcp.example.yaml",
+                 *(item for setting in settings for item in ("--set", setting))])
+
+
+def test_a_right_fitting_streaming_launch_passes_the_request_check(emulators, local_config, capsys):
+    assert run_check(local_config, "gpu.request=resource_hint", "worker.max_num_workers=2") == 0
+    assert "# request check: ok" in capsys.readouterr().err
+
+
+def test_a_gpu_job_on_beams_own_image_fails_the_request_check_with_the_guides_rule(emulators, local_config, capsys):
+    assert run_check(local_config, "container.image=apache/beam_python3.11_sdk:2.77.0") == 1
+    err = capsys.readouterr().err
+    assert "request check: the template launch asks for GPUs without a custom container image" in err
+    assert "custom-container" in err and "../shared/guides/000" in err and "# request check: FAILED" in err
