@@ -190,3 +190,42 @@ def gcs_bucket(gcp_env):
         return hook
 
     return ensure
+
+
+@pytest.fixture
+def create_calls(monkeypatch):
+    """Every create call gpuflow makes through the provider's hooks (topics, subscriptions, buckets) and every
+    process it starts, each recorded with what it was given and passed on: ``create_calls`` -> [(kind, name,
+    labels)]. ``assert_all_labelled(calls, names)`` checks that each carries the run's labels."""
+    import json as json_module
+
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    import gpuflow.platform.local as local_platform
+
+    calls: list[tuple[str, str, dict]] = []
+
+    def recording(kind, original, name_of, labels_of):
+        def record(*args, **kwargs):
+            calls.append((kind, name_of(args, kwargs), dict(labels_of(args, kwargs) or {})))
+            return original(*args, **kwargs)
+        return record
+
+    monkeypatch.setattr(PubSubHook, "create_topic", recording(
+        "topic", PubSubHook.create_topic, lambda a, k: k["topic"], lambda a, k: k.get("labels")))
+    monkeypatch.setattr(PubSubHook, "create_subscription", recording(
+        "subscription", PubSubHook.create_subscription, lambda a, k: k["subscription"], lambda a, k: k.get("labels")))
+    monkeypatch.setattr(GCSHook, "create_bucket", recording(
+        "bucket", GCSHook.create_bucket, lambda a, k: k["bucket_name"], lambda a, k: k.get("labels")))
+    monkeypatch.setattr(local_platform, "spawn_logged", recording(
+        "process", local_platform.spawn_logged, lambda a, k: str(a[1]),
+        lambda a, k: json_module.loads(a[2].get(local_platform.LABELS_VARIABLE, "{}"))))
+    return calls
+
+
+def assert_all_labelled(calls, names) -> None:
+    """Each create call carries the run's labels (gpuflow-run, and gpuflow-deployment for a deployment's)."""
+    assert calls, "no create call was recorded"
+    unlabelled = [(kind, name, labels) for kind, name, labels in calls if labels != names.labels]
+    assert unlabelled == [], unlabelled

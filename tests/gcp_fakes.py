@@ -84,6 +84,7 @@ class FakeJob:
     messages: list = field(default_factory=list)
     stopped_state: Any = None
     process: subprocess.Popen | None = None
+    labels: dict = field(default_factory=dict)  # as the launch request stated them
 
     autoscaling_events: list = field(default_factory=list)
 
@@ -128,12 +129,13 @@ class FakeDataflow:
         if self.workers is not None:  # keep what Beam staged: cleanup deletes it with the run's prefix
             self.staged[request.gcs_path] = json.loads(read_gcs(self.workers.env, request.gcs_path))
         return dataflow_v1beta3.LaunchTemplateResponse(job=self._start(
-            request.launch_parameters.job_name, request.location, request.gcs_path, request.project_id))
+            request.launch_parameters.job_name, request.location, request.gcs_path, request.project_id,
+            dict(request.launch_parameters.environment.additional_user_labels)))
 
-    def _start(self, name: str, location: str, gcs_path: str, project_id: str):
+    def _start(self, name: str, location: str, gcs_path: str, project_id: str, labels: dict):
         default = STREAMING_STARTS if "llm-inference" in name else BATCH_SUCCEEDS
         job = FakeJob(id=f"2026-11-29_00_00_00-{next(self._ids)}", name=name, location=location,
-                      gcs_path=gcs_path, script=self.scripts.pop(0) if self.scripts else default)
+                      gcs_path=gcs_path, script=self.scripts.pop(0) if self.scripts else default, labels=labels)
         self.jobs[job.id] = job
         if self.workers and job.script in (STREAMING_STARTS, BATCH_SUCCEEDS):
             self.workers.start(job)
@@ -141,12 +143,13 @@ class FakeDataflow:
                                     current_state=JobState.JOB_STATE_PENDING)
 
     def scripted_job(self, script, name: str = "gf-0123456789-llm-inference-us-central1-l4",
-                     location: str = "us-central1"):
-        """A job already launched, whose get_job answers follow ``script``; its handle, as launch would push it."""
+                     location: str = "us-central1", labels: dict | None = None):
+        """A job already launched (with ``labels``), whose get_job answers follow ``script``; its handle, as launch
+        would push it."""
         from gpuflow.platform import JobHandle
 
         job = FakeJob(id=f"job-{len(self.jobs) + 1}", name=name, location=location, gcs_path="gs://b/t.json",
-                      script=script)
+                      script=script, labels=labels or {})
         self.jobs[job.id] = job
         return JobHandle(kind="dataflow", id=job.id, name=name, location=location)
 
@@ -156,7 +159,8 @@ class FakeDataflow:
         self.requests.append(("launch_flex_template", request))
         parameter = request.launch_parameter
         return dataflow_v1beta3.LaunchFlexTemplateResponse(job=self._start(
-            parameter.job_name, request.location, parameter.container_spec_gcs_path, request.project_id))
+            parameter.job_name, request.location, parameter.container_spec_gcs_path, request.project_id,
+            dict(parameter.environment.additional_user_labels)))
 
     # JobsV1Beta3Client
     def get_job(self, request):
@@ -167,8 +171,10 @@ class FakeDataflow:
             raise NotFound(f"(bb5c) Job {request.job_id} not found")
         kind = dataflow_v1beta3.JobType.JOB_TYPE_STREAMING if "llm-inference" in job.name else \
             dataflow_v1beta3.JobType.JOB_TYPE_BATCH
+        # Labels come only with the views that carry them (JobView: DESCRIPTION "steps, labels and environment", ALL).
+        described = request.view in (dataflow_v1beta3.JobView.JOB_VIEW_DESCRIPTION, dataflow_v1beta3.JobView.JOB_VIEW_ALL)
         return dataflow_v1beta3.Job(id=job.id, name=job.name, location=job.location, current_state=job.advance(),
-                                    type_=kind)
+                                    type_=kind, labels=job.labels if described else {})
 
     def update_job(self, request):
         assert isinstance(request, dataflow_v1beta3.UpdateJobRequest)
@@ -284,7 +290,8 @@ class FakeDataflowRest:
 
     def get(self, projectId, location, jobId, view=None):  # noqa: N803
         self._check(self._resource, "get", {"projectId": projectId, "location": location, "jobId": jobId})
-        request = dataflow_v1beta3.GetJobRequest(project_id=projectId, location=location, job_id=jobId)
+        request = dataflow_v1beta3.GetJobRequest(project_id=projectId, location=location, job_id=jobId,
+                                                 view=dataflow_v1beta3.JobView[view] if view else 0)
         return self._call(lambda: self._json(self.dataflow.get_job(request)))
 
     def update(self, projectId, location, jobId, body):  # noqa: N803

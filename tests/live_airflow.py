@@ -148,3 +148,15 @@ class LiveAirflow:
                     states_seen.setdefault(ti["task_id"], set()).add(ti["state"])
             time.sleep(1 if states_seen is not None else 3)
         raise TimeoutError(f"run {run_id} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")
+
+    def wait_for_backfill_runs(self, dag_id: str, days: list[str], timeout_s: float) -> list[dict]:
+        """The backfill runs of ``days`` (YYYY-MM-DD logical dates), once every one of them has finished."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            listing = self.api("GET", f"/dags/{dag_id}/dagRuns", params={"run_type": "backfill", "limit": 100})
+            runs = [run for run in listing.json()["dag_runs"] if (run.get("logical_date") or "")[:10] in days]
+            if len(runs) == len(days) and all(run["state"] in ("success", "failed") for run in runs):
+                return runs
+            time.sleep(3)
+        raise TimeoutError(f"the backfill of {days} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")
+

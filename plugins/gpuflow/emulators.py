@@ -126,7 +126,7 @@ class EmulatorProcesses:
         log.info("starting the %s emulator: %s", name, " ".join(command))
         log_file = open(self.log_dir / f"{name}-emulator.log", "ab")  # noqa: SIM115 - lives with the process
         self.processes[name] = subprocess.Popen(
-            command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+            command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
 
     def wait_until_ready(self, timeout_s: float) -> None:

@@ -185,3 +185,47 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             browser.close()
     for picture in (DOCS / "trigger-form.png", DOCS / "trigger-form-section.png", ARTIFACTS / "finished-run-grid.png"):
         assert picture.stat().st_size > 10_000 and picture.stat().st_mtime > started, picture
+
+
+BATCH_DAG = "llm_batch_inference"
+
+
+def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred_tasks_free_their_slots(
+        airflow_live, local_config, tmp_path):
+    """`airflow backfill create` for three dates at once, twice, under the real scheduler (LocalExecutor,
+    parallelism 2), dag-processor and triggerer. Every run succeeds at its first try: the deferred run_batch never
+    races its own job (a job that kept the task's stdin held the task open until the job ended, the moment its
+    trigger fired: apache/airflow#67287). The executor hears of each deferral at once, so its slot is free while
+    the job runs, and it never reports a task finished that the scheduler has queued again."""
+    import json
+    import subprocess
+    import sys
+
+    local = local_config.local
+    conf = {"local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
+            "local__storage_emulator_host": local.storage_emulator_host, "model__max_new_tokens": 4,
+            "batch__input": f"{tmp_path}/prompts/{{ds}}/*.jsonl", "batch__output": f"{tmp_path}/answers/{{ds}}/",
+            "batch__dead_letter_output": f"{tmp_path}/dead_letters/{{ds}}/", "batch__input_wait_s": 0}
+    backfills = [["2026-03-01", "2026-03-02", "2026-03-03"], ["2026-03-04", "2026-03-05", "2026-03-06"]]
+    for day in (day for days in backfills for day in days):
+        (tmp_path / "prompts" / day).mkdir(parents=True)
+        (tmp_path / "prompts" / day / "part-0.jsonl").write_text(
+            "".join(json.dumps({"id": f"{day}-{i}", "prompt": f"question {i} of {day}"}) + "\n" for i in range(3)))
+    airflow_live.wait_for_dag(BATCH_DAG)
+    for days in backfills:
+        subprocess.run([sys.executable, "-m", "airflow", "backfill", "create", "--dag-id", BATCH_DAG,
+                        "--from-date", days[0], "--to-date", days[-1], "--dag-run-conf", json.dumps(conf)],
+                       env=airflow_live.env(), check=True, capture_output=True, timeout=120)
+        runs = airflow_live.wait_for_backfill_runs(BATCH_DAG, days, timeout_s=900)
+        for run in runs:
+            tis = airflow_live.api("GET", f"/dags/{BATCH_DAG}/dagRuns/{run['dag_run_id']}/taskInstances").json()
+            states = {ti["task_id"]: (ti["state"], ti["try_number"]) for ti in tis["task_instances"]}
+            assert run["state"] == "success", (states, airflow_live.log_tail("scheduler"))
+            assert {try_number for state, try_number in states.values() if state == "success"} == {1}, states
+        for day in days:
+            assert (tmp_path / "answers" / day / "_SUCCESS").exists()
+    scheduler = (airflow_live.home / "scheduler.log").read_text(errors="replace")
+    assert "but the task instance's state attribute is" not in scheduler
+    deferred = [line for line in scheduler.splitlines() if "Received executor event with state deferred" in line
+                and f"dag_id='{BATCH_DAG}'" in line and "task_id='run_batch'" in line]
+    assert len(deferred) >= 6, deferred  # each run_batch's deferral reached the executor as such

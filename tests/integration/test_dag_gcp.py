@@ -83,7 +83,7 @@ def leftovers(run):
 NOTHING_LEFT = {"topics": [], "subscriptions": [], "buckets": [], "objects": []}
 
 
-def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud):
+def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud, create_calls):
     run = dag.test(run_conf=CONF)
     assert run.state == DagRunState.SUCCESS, task_states(run)
     assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
@@ -125,6 +125,18 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
         (handle["id"], "JOB_STATE_CANCELLED")]
     assert ti["cleanup"].xcom_pull(task_ids="cleanup")["stopped_jobs"] == [handle["id"]]  # deferred until stopped
     assert leftovers(run) == NOTHING_LEFT
+
+    # Nothing gpuflow makes goes unlabelled: bucket, topics and subscriptions (through the provider's hooks), the
+    # Vertex AI job, both Dataflow jobs (their launch requests), and the build's tags.
+    from tests.conftest import assert_all_labelled
+
+    names = resource_names(load_config(None, overrides=[f"project={PROJECT}"]), prefix)
+    assert {"topic", "subscription"} <= {kind for kind, _, _ in create_calls}  # (the configured bucket exists)
+    assert_all_labelled(create_calls, names)
+    assert dict(create.custom_job.labels) == names.labels
+    assert [dict(r.launch_parameters.environment.additional_user_labels) for r in launches] == [names.labels] * 2
+    assert all(cloud.dataflow.staged[r.gcs_path]["labels"] == names.labels for r in launches)
+    assert f"gpuflow-run-{prefix}" in build.build.tags
 
 
 def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(dag, cloud):

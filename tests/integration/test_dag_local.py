@@ -55,9 +55,15 @@ def state_dict_events(run_id: str) -> list[dict]:
         return [dict(event.extra) for event in events]
 
 
-def test_two_runs_in_a_row_both_succeed_and_leave_nothing(dag, local_config, emulators):
+def test_two_runs_in_a_row_both_succeed_and_leave_nothing(dag, local_config, emulators, create_calls):
+    from tests.conftest import assert_all_labelled
+
     for _ in range(2):
+        create_calls.clear()
         run = dag.test(run_conf=run_conf(local_config))
+        # Nothing gpuflow makes goes unlabelled: the bucket, topics, subscriptions and the processes it starts.
+        assert {kind for kind, _, _ in create_calls} == {"bucket", "topic", "subscription", "process"}
+        assert_all_labelled(create_calls, resource_names(local_config, run_prefix(DAG_ID, run.run_id)))
         assert run.state == DagRunState.SUCCESS, task_states(run)
         assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
         assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}

@@ -97,6 +97,15 @@ def test_right_fitting_streaming_request_passes_and_each_change_that_breaks_a_co
                           "gpu-machine-family": wrong_machine, "l4-minimums": old_cuda}.items():
         assert name in broken_by(changed), name
 
+    # The template launch's environment on top of the staged job: its machine type restates the pool, so Prime
+    # with it is refused too.
+    names = resource_names(platform.config, "gf-constr0001")
+    launch = runtime_environment(platform.config, names, streaming=True)
+    assert launch.enable_streaming_engine and violations(with_template_launch(staged, launch)) == []
+    gpu_machine = dataflow_v1beta3.RuntimeEnvironment(machine_type="g2-standard-8", additional_experiments=[])
+    prime = dataclasses.replace(staged, service_options=("enable_prime",), machine_type=None)
+    assert "prime-unsupported" in broken_by(with_template_launch(prime, gpu_machine))
+
     # Every constraint has its page, and the message names the constraint and its page.
     assert all(constraint.source and constraint.updated and constraint.fields for constraint in CONSTRAINTS)
     with pytest.raises(DataflowRequestRejected, match=r"prime-unsupported: .*enable-dataflow-prime"):
@@ -121,19 +130,6 @@ def test_worker_accelerator_mps_request_passes_and_breaking_its_constraints_fail
     assert {"mps-limits", "gpu-machine-family"} <= broken_by(from_staged_job(two_gpus, proto))
     prime = edited(job, lambda e: e["serviceOptions"].append("enable_prime"))
     assert "prime-unsupported" in broken_by(from_staged_job(prime, proto))
-
-
-def test_the_template_launch_environment_is_checked_on_top_of_the_staged_job(stage):
-    platform, job, proto = stage("gpu.request=resource_hint")
-    config = platform.config
-    names = resource_names(config, "gf-constr0001")
-    staged = from_staged_job(job, proto)
-    launch = runtime_environment(config, names, streaming=True)
-    assert launch.enable_streaming_engine and violations(with_template_launch(staged, launch)) == []
-    gpu_machine = dataflow_v1beta3.RuntimeEnvironment(machine_type="g2-standard-8", additional_experiments=[])
-    # The launch's machine type restates the pool: Prime with it is refused.
-    prime = dataclasses.replace(staged, service_options=("enable_prime",))
-    assert "prime-unsupported" in broken_by(with_template_launch(prime, gpu_machine))
 
 
 def test_a_flex_template_streaming_launch_keeps_streaming_engine_on(gcs_bucket, monkeypatch):

@@ -36,23 +36,6 @@ CASES = {
         accelerator="worker_accelerator=type:nvidia-tesla-t4;count:1;install-nvidia-driver",
         machine="n1-highmem-8", disk=100, single_process=True,
     ),
-    "mps": dict(
-        overrides=["model.name=google/flan-t5-large", "gpu.machine_type=g2-standard-8", "gpu.sharing=mps"],
-        accelerator="worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver;use_nvidia_mps",
-        machine="g2-standard-8", disk=50, single_process=False,
-    ),
-    "copies": dict(
-        overrides=["model.name=google/flan-t5-large", "gpu.machine_type=g2-standard-8", "gpu.sharing=model_copies",
-                   "gpu.model_copies=2"],
-        accelerator="worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver",
-        machine="g2-standard-8", disk=50, single_process=False,
-    ),
-    # guide 002's pipeline on CPU workers: no accelerator at all, one SDK process, the guide's machine
-    "cpu": dict(
-        overrides=["model.name=google/flan-t5-large", "gpu.type=none", "gpu.machine_type=n2-highmem-4",
-                   "require_gpu=false"],
-        accelerator=None, machine="n2-highmem-4", disk=50, single_process=True,
-    ),
 }
 
 

@@ -12,13 +12,15 @@ def run_check(local_config, *overrides):
                  *(item for setting in settings for item in ("--set", setting))])
 
 
-def test_a_right_fitting_streaming_launch_passes_the_request_check(emulators, local_config, capsys):
+def test_a_right_fitting_streaming_launch_passes_the_request_check(gcp_env, local_config, capsys):
+    """(gcp_env: the staging subprocess gets anonymous credentials at once, instead of Beam's ~20 s of retries.)"""
     assert run_check(local_config, "gpu.request=resource_hint", "worker.max_num_workers=2") == 0
     assert "# request check: ok" in capsys.readouterr().err
 
 
 def test_a_gpu_job_on_beams_own_image_fails_the_request_check_with_the_guides_rule(emulators, local_config, capsys):
-    assert run_check(local_config, "container.image=apache/beam_python3.11_sdk:2.77.0") == 1
+    """(A Flex Template launch: its request is checked as built, nothing is staged.)"""
+    assert run_check(local_config, "launch.mode=flex_template", "container.image=apache/beam_python3.11_sdk:2.77.0") == 1
     err = capsys.readouterr().err
-    assert "request check: the template launch asks for GPUs without a custom container image" in err
+    assert "request check: the flex template launch asks for GPUs without a custom container image" in err
     assert "custom-container" in err and "../shared/guides/000" in err and "# request check: FAILED" in err

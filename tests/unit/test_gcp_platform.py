@@ -142,10 +142,14 @@ def test_an_image_whose_tag_exists_is_not_built_again(tmp_path):
 
 def test_the_cloud_build_request():
     platform = platform_with(FakeGoogleCloud(), "container.build_timeout_s=1800")
-    build = platform.cloud_build_request("gpuflow/gf-1/build/context.tar.gz", "img:tag", "bkt")
+    from gpuflow.naming import resource_names
+
+    names = resource_names(platform.config, "gf-0123456789")
+    build = platform.cloud_build_request("gpuflow/gf-0123456789/build/context.tar.gz", "img:tag", names)
     assert isinstance(build, cloudbuild_v1.Build)
     assert (build.source.storage_source.bucket, build.source.storage_source.object_) == (
-        "bkt", "gpuflow/gf-1/build/context.tar.gz")
+        names.bucket, "gpuflow/gf-0123456789/build/context.tar.gz")
+    assert "gpuflow-run-gf-0123456789" in build.tags  # builds take tags, not labels
     assert [(s.name, list(s.args)) for s in build.steps] == [
         ("gcr.io/cloud-builders/docker", ["build", "-t", "img:tag", "."])]
     assert list(build.images) == ["img:tag"] and build.timeout.seconds == 1800

@@ -89,6 +89,9 @@ class Platform(Protocol):
     def find_gpuflow_jobs(self) -> list[JobHandle]:
         """Every running gpuflow job of the project (the janitor's view), named by its run or deployment."""
 
+    def job_labels(self, handle: JobHandle) -> dict[str, str]:
+        """The labels the job was started with (``gpuflow-run``, ``gpuflow-deployment``): the janitor's proof."""
+
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Jobs of this run found without a handle (for cleanup after a failed launch)."""
 

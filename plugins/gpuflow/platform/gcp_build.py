@@ -34,12 +34,13 @@ class CloudBuildImages(GcpService):
         except NotFound:
             return False
 
-    def cloud_build_request(self, source_object: str, image: str, bucket: str):
+    def cloud_build_request(self, source_object: str, image: str, names: ResourceNames):
         from google.cloud.devtools import cloudbuild_v1
         from google.protobuf import duration_pb2
 
         return cloudbuild_v1.Build(
-            source=cloudbuild_v1.Source(storage_source=cloudbuild_v1.StorageSource(bucket=bucket, object_=source_object)),
+            source=cloudbuild_v1.Source(storage_source=cloudbuild_v1.StorageSource(bucket=names.bucket,
+                                                                                   object_=source_object)),
             steps=[cloudbuild_v1.BuildStep(name="gcr.io/cloud-builders/docker", args=["build", "-t", image, "."])],
             images=[image],
             timeout=duration_pb2.Duration(seconds=self.config.container.build_timeout_s),
@@ -47,7 +48,8 @@ class CloudBuildImages(GcpService):
                 machine_type=cloudbuild_v1.BuildOptions.MachineType.E2_HIGHCPU_8, disk_size_gb=200,
                 logging=cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY,
             ),
-            tags=["gpuflow", self.config.container.recipe],
+            # Builds take tags, not labels: the run's and the deployment's, as label=value words.
+            tags=["gpuflow", self.config.container.recipe, *(f"{key}-{value}" for key, value in names.labels.items())],
         )
 
     def build_image(self, context_dir: Path, image: str, names: ResourceNames) -> ImageBuildResult:
@@ -62,7 +64,7 @@ class CloudBuildImages(GcpService):
         source_object = f"{names.object_prefix}/build/context.tar.gz"
         self._gcs().upload(names.bucket, source_object, data=archive.getvalue(), mime_type="application/gzip")
         _, build_id = self._build_hook().create_build_without_waiting_for_result(
-            build=self.cloud_build_request(source_object, image, names.bucket), project_id=self.config.project,
+            build=self.cloud_build_request(source_object, image, names), project_id=self.config.project,
             location=self.config.region)
         log.info("Cloud Build %s started for %s (%d KB context)", build_id, image, len(archive.getvalue()) // 1024)
         job = JobHandle(kind="cloud-build", id=build_id, location=self.config.region,

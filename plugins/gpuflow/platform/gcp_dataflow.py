@@ -250,6 +250,17 @@ class DataflowJobs(GcpService):
                         self.config.dataflow.stop_timeout_s)
         return True
 
+    def job_labels(self, handle: JobHandle) -> dict[str, str]:
+        """A job's labels: Dataflow lists jobs as summaries, without labels, so each is read with GetJob in
+        JOB_VIEW_DESCRIPTION ("summary info and limited job description data for steps, labels and environment",
+        docs.cloud.google.com/dataflow/docs/reference/rest/v1b3/JobView)."""
+        from google.cloud import dataflow_v1beta3
+
+        job = self.clients.dataflow_jobs().get_job(request=dataflow_v1beta3.GetJobRequest(
+            project_id=self.config.project, location=handle.location, job_id=handle.id,
+            view=dataflow_v1beta3.JobView.JOB_VIEW_DESCRIPTION))
+        return dict(job.labels)
+
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Active jobs whose name carries the run's prefix, in the region and every fallback region."""
         return self._active_jobs((names.prefix + "-", names.job_prefix + "-"))

@@ -42,7 +42,7 @@ class VertexExport(GcpService):
         ])
         return aiplatform_v1.CustomJob(
             display_name=f"{names.prefix}-export",
-            labels={"gpuflow-run": names.prefix},
+            labels=names.labels,
             job_spec=aiplatform_v1.CustomJobSpec(
                 worker_pool_specs=[aiplatform_v1.WorkerPoolSpec(
                     replica_count=1,

@@ -18,6 +18,8 @@ from gpuflow.platform.base import ImageBuildResult, JobHandle
 
 log = logging.getLogger(__name__)
 
+#: The environment variable that carries a local pipeline process's labels (a Dataflow job's, on gcp).
+LABELS_VARIABLE = "GPUFLOW_LABELS"
 #: The line beam_jobs/llm_inference.py logs once the pipeline runs.
 PIPELINE_RUNNING_MARKER = "gpuflow: pipeline running"
 MODEL_LOADED_MARKER = "gpuflow: model loaded"
@@ -25,6 +27,13 @@ MODEL_LOADED_MARKER = "gpuflow: model loaded"
 
 class PipelineStartError(RuntimeError):
     pass
+
+
+#: How every process gpuflow starts is detached from the task that starts it: no standard input (a task's file
+#: descriptor 0 is Airflow's own channel to it; a child that kept it would hold the task open until the child ends,
+#: which is the moment its trigger fires: apache/airflow#67287), a session and process group of its own, and no
+#: inherited descriptor beyond what it is given for its output.
+DETACHED: dict[str, Any] = {"stdin": subprocess.DEVNULL, "start_new_session": True, "close_fds": True}
 
 
 def exit_status_path(log_path: str | Path) -> Path:
@@ -41,15 +50,14 @@ def exit_status(log_path: str | Path) -> int | None:
 
 
 def spawn_logged(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
-    """Start ``command`` in its own session, its output appended to ``log_path``; return its pid.
+    """Start ``command`` detached (``DETACHED``), its output appended to ``log_path``; return its pid.
 
     It outlives the task that started it, so no one can ``wait`` for it: a shell runs it and writes its exit status
     beside the log (``exit_status``), from which a trigger tells a batch job that finished from one that failed."""
     wrapped = ["/bin/sh", "-c", '"$@"; echo $? > "$0"', str(exit_status_path(log_path)), *command]
     exit_status_path(log_path).unlink(missing_ok=True)
     with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(wrapped, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+        process = subprocess.Popen(wrapped, stdout=log_file, stderr=subprocess.STDOUT, env=env, **DETACHED)
     _wait_for_arguments(process.pid)
     return process.pid
 
@@ -72,9 +80,8 @@ def run_logged(command: list[str], env: dict[str, str] | None, what: str, timeou
     """Run a subprocess, forward its output to our log line by line, raise with its tail on failure."""
     log.info("%s: %s", what, " ".join(command))
     lines: list[str] = []
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-    )
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                               **DETACHED)
     deadline = time.monotonic() + timeout_s
     assert process.stdout is not None
     for line in process.stdout:
@@ -142,7 +149,7 @@ class LocalPlatform:
             return False, "no docker client on PATH"
         try:
             probe = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"], capture_output=True,
-                                   text=True, timeout=20)
+                                   text=True, timeout=20, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return False, "docker info timed out"
         if probe.returncode != 0:
@@ -172,7 +179,7 @@ class LocalPlatform:
                    f"--runner={self.config.local.runner}"]
         if self.config.require_gpu:
             command.append("--require-gpu")
-        return self._start_process(command, f"{names.prefix}-gpu-check", names.job_name + "-gpu-check")
+        return self._start_process(command, f"{names.prefix}-gpu-check", names.job_name + "-gpu-check", names.labels)
 
     def _gpu_report(self, names: ResourceNames) -> Path:
         return self.state_dir / f"{names.prefix}-gpu-check.json"
@@ -191,7 +198,8 @@ class LocalPlatform:
         if not nvidia_smi:
             return {"source": "nvidia-smi", "gpus": [], "note": "no GPU on this machine: inference ran on the CPU"}
         query = subprocess.run([nvidia_smi, "--query-gpu=name,utilization.gpu,utilization.memory",
-                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
+                               stdin=subprocess.DEVNULL)
         gpus = []
         for line in query.stdout.strip().splitlines():
             name, utilization, memory = (part.strip() for part in line.split(","))
@@ -203,7 +211,8 @@ class LocalPlatform:
     def gpu_capacity(self) -> dict[str, Any]:
         nvidia_smi = shutil.which("nvidia-smi")
         if nvidia_smi:
-            listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30)
+            listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30,
+                                     stdin=subprocess.DEVNULL)
             gpus = [line for line in listing.stdout.splitlines() if line.startswith("GPU ")]
             return {"source": "nvidia-smi", "gpus": gpus, "count": len(gpus)}
         return {"source": "nvidia-smi", "gpus": [], "count": 0, "note": "nvidia-smi not found: no GPU on this machine"}
@@ -214,19 +223,20 @@ class LocalPlatform:
         return [sys.executable, self._script("llm_inference.py"), *argv, f"--runner={self.config.local.runner}",
                 *(["--streaming"] if streaming else []), f"--project={self.config.project}"]
 
-    def _start_process(self, command: list[str], file_stem: str, job_name: str) -> JobHandle:
-        """Start a pipeline process that outlives the task (cleanup or on_kill stops its whole group)."""
+    def _start_process(self, command: list[str], file_stem: str, job_name: str, labels: dict[str, str]) -> JobHandle:
+        """Start a pipeline process that outlives the task (cleanup or on_kill stops its whole group). Its labels
+        ride in its environment (``GPUFLOW_LABELS``), where the janitor reads them (``job_labels``)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.state_dir / f"{file_stem}.log"
         log.info("starting %s: %s", job_name, " ".join(command))
-        pid = spawn_logged(command, log_path, self.subprocess_env())
+        pid = spawn_logged(command, log_path, {**self.subprocess_env(), LABELS_VARIABLE: json.dumps(labels)})
         (self.state_dir / f"{file_stem}.pid").write_text(str(pid))
         return JobHandle(kind="local-process", id=str(pid), name=job_name, location=str(log_path))
 
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "",
                         streaming: bool = True) -> JobHandle:
         return self._start_process(self.pipeline_command(argv, streaming), f"{names.prefix}-pipeline",
-                                   names.job_name)
+                                   names.job_name, names.labels)
 
     def job_timeout_s(self, until: str) -> float:
         # The GPU check runs a whole (small) batch pipeline: its start, then its work.
@@ -256,6 +266,16 @@ class LocalPlatform:
     def find_gpuflow_jobs(self) -> list[JobHandle]:
         """Every gpuflow pipeline process still running (the janitor's view)."""
         return _pid_handles(self.state_dir)
+
+    def job_labels(self, handle: JobHandle) -> dict[str, str]:
+        """The labels a pipeline process was started with (its ``GPUFLOW_LABELS``); none for one started otherwise."""
+        try:
+            environment = Path(f"/proc/{handle.id}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return {}
+        found = next((item.split(b"=", 1)[1] for item in environment
+                      if item.startswith(LABELS_VARIABLE.encode() + b"=")), b"{}")
+        return json.loads(found)
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """The run's pipeline and GPU check processes, from their pid files."""

@@ -26,6 +26,9 @@ from gpuflow.rollout import DeploymentRecord, pointer_name
 log = logging.getLogger(__name__)
 
 LEASE_FILE = "run.json"
+#: A deployment folder's owner mark, written by the run that first serves it: objects carry no labels, so this is
+#: the janitor's proof that the folder is gpuflow's.
+DEPLOYMENT_MARK = "owner.json"
 
 
 class RecordConflict(RuntimeError):
@@ -128,14 +131,21 @@ class Records:
 
     # -- run leases ------------------------------------------------------------------------------
     def write_lease(self, names: ResourceNames, dag_id: str, run_id: str) -> None:
-        """Which DAG run owns the ``gf-`` prefix (and which deployment it serves), beside the run's objects."""
+        """Which DAG run owns the ``gf-`` prefix (and which deployment it serves), beside the run's objects; a
+        deployment's run also marks the deployment's folder as gpuflow's, once."""
+        lease = {"dag_id": dag_id, "run_id": run_id, "deployment": names.deployment, "written_at": time.time()}
         bucket, blob = split_gcs_uri(names.gcs_uri(LEASE_FILE))
-        self.gcs.upload(bucket, blob, data=json.dumps(
-            {"dag_id": dag_id, "run_id": run_id, "deployment": names.deployment, "written_at": time.time()}),
-            mime_type="application/json")
+        self.gcs.upload(bucket, blob, data=json.dumps(lease), mime_type="application/json")
+        if names.deployment:
+            bucket, blob = split_gcs_uri(f"{deployment_folder(self.config, names.deployment)}/{DEPLOYMENT_MARK}")
+            if not self.gcs.exists(bucket, blob):
+                self.gcs.upload(bucket, blob, data=json.dumps({**lease, "labels": names.labels}),
+                                mime_type="application/json")
 
-    def read_lease(self, prefix: str) -> dict[str, Any] | None:
-        bucket, blob = split_gcs_uri(resource_names(self.config, prefix).gcs_uri(LEASE_FILE))
+    def read_lease(self, prefix: str, bucket: str | None = None) -> dict[str, Any] | None:
+        """The run's lease, in the configured bucket, or in ``bucket`` (a run's own bucket holds its lease)."""
+        config = self.config.model_copy(update={"bucket": bucket}) if bucket else self.config
+        bucket, blob = split_gcs_uri(resource_names(config, prefix).gcs_uri(LEASE_FILE))
         try:
             if not self.gcs.exists(bucket, blob):
                 return None

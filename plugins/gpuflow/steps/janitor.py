@@ -1,15 +1,21 @@
 """gpuflow_janitor: find what gpuflow left behind that nothing owns any more, and delete it (or list it).
 
-Every gpuflow resource carries its owner in its name (and, where the API has them, the labels ``gpuflow-run`` and
-``gpuflow-deployment``): ``gf-<run>-…`` belongs to a DAG run, ``gfd-<deployment>-…`` to a deployment. A run writes
-a lease (``run.json``: its DAG id and run id) beside its objects before it creates anything else, so the janitor
-can ask Airflow whether that run still runs. It keeps:
+**Ownership is what gpuflow wrote when it made a resource, never a name.** Any team may name a topic ``gfd-…``, and
+a subscription with a backlog is data. So the janitor deletes only:
 
-* what a running (or queued) DAG run owns, and a deployment that run is creating;
-* a recorded deployment's topics, subscriptions, model folder and serving job.
+* topics, subscriptions, buckets and jobs that carry gpuflow's labels (``gpuflow-run``, ``gpuflow-deployment``;
+  local pipeline processes carry them in their environment), and whose labels agree with their names (a label of
+  run X on a resource named for run Y is left alone);
+* objects under ``gpuflow/<run>/`` with the run's lease (``run.json``) beside them, and deployment folders with the
+  deployment's owner mark (``owner.json``): objects have no labels.
 
-Everything else gpuflow-named is left over by a killed worker, a deleted DAG run or a teardown that died: jobs,
-topics, subscriptions, run buckets and run prefixes in the bucket. Jobs are cancelled first, so nothing bills.
+Whatever is named like gpuflow's but lacks that proof (made by someone else, or by a gpuflow version before labels)
+is never deleted: the log and the XCom (``left_alone``) list each one with why.
+
+Of what is gpuflow's, it keeps what a running (or queued) DAG run owns (the run's lease names its DAG run, which it
+asks Airflow about), a deployment such a run is creating, and a recorded deployment's topics, subscriptions, model
+folder and serving job. Everything else is left over by a killed worker, a deleted DAG run or a teardown that died:
+jobs are cancelled first, so nothing bills, then the rest is deleted.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import DEPLOYMENTS_FOLDER, deployment_folder, deployment_prefix
 from gpuflow.platform import Platform
-from gpuflow.platform.records import Records
+from gpuflow.platform.records import DEPLOYMENT_MARK, Records
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +50,10 @@ class Ownership:
         self._runs: dict[str, bool] = {}
         self.leased_deployments: set[str] = set()
 
-    def run_live(self, prefix: str) -> bool:
+    def run_live(self, prefix: str, bucket: str | None = None) -> bool:
+        """Whether the run's DAG run still runs, by its lease (in the configured bucket, or its own ``bucket``)."""
         if prefix not in self._runs:
-            lease = self.records.read_lease(prefix)
+            lease = self.records.read_lease(prefix, bucket)
             state = None
             if lease:
                 try:
@@ -87,26 +94,100 @@ class Ownership:
         return run is not None and self.run_live(f"gf-{run.group(1)}")
 
 
+def label_disagreement(name: str, labels: dict[str, str]) -> str | None:
+    """Why a resource named like gpuflow's is not provably gpuflow's; None when its labels agree with its name."""
+    run, deployment = labels.get("gpuflow-run"), labels.get("gpuflow-deployment")
+    if not run and not deployment:
+        return ("no gpuflow labels (gpuflow-run, gpuflow-deployment): made by someone else, or by a gpuflow version "
+                "before labels")
+    if name.startswith("gfd-"):
+        if not deployment or not (name + "-").startswith(deployment_prefix(deployment) + "-"):
+            return f"named for a deployment, but labelled gpuflow-deployment={deployment}"
+        named_run = DEPLOYMENT_RUN_HEX.search(name[len(deployment_prefix(deployment)):])
+    else:
+        named_run = RUN_HEX.search(name)
+        if named_run is None:
+            return f"named for no gpuflow run, but labelled gpuflow-run={run}"
+    if named_run and run != f"gf-{named_run.group(1)}":
+        return f"named for run gf-{named_run.group(1)}, but labelled gpuflow-run={run}"
+    return None
+
+
+class Claims:
+    """What the janitor may judge: gpuflow's by its labels or owner marks. The rest is left alone, with why."""
+
+    def __init__(self):
+        self.left_alone: list[dict[str, str]] = []
+
+    def leave(self, kind: str, name: str, why: str) -> None:
+        self.left_alone.append({"kind": kind, "name": name, "why": why})
+        log.warning("left alone: %s %s (%s)", kind, name, why)
+
+    def buckets(self, records: Records, found: dict[str, dict[str, str]]) -> list[str]:
+        """Run buckets that are gpuflow's: by labels that agree with the name, or, where the storage service keeps
+        no bucket labels (the GCS emulator drops them), by the run's lease inside the bucket."""
+        mine = []
+        for bucket, labels in found.items():
+            if labels:
+                why = label_disagreement(bucket, labels)
+            elif records.read_lease(bucket_run(bucket), bucket) is None:
+                why = "no gpuflow labels, and no run.json lease inside"
+            else:
+                why = None
+            if why:
+                self.leave("bucket", bucket, why)
+            else:
+                mine.append(bucket)
+        return mine
+
+    def labelled(self, kind: str, found: dict[str, dict[str, str]]) -> list[str]:
+        """The names among ``found`` (name -> labels) whose labels make them gpuflow's."""
+        mine = []
+        for name, labels in found.items():
+            why = label_disagreement(name, labels)
+            if why:
+                self.leave(kind, name, why)
+            else:
+                mine.append(name)
+        return mine
+
+
 def find_leftovers(config: GpuflowConfig, platform: Platform, dagrun_state: DagRunState) -> dict[str, list]:
-    """What gpuflow made that no running DAG run and no recorded deployment owns."""
-    from gpuflow.steps.resources import list_named
+    """What gpuflow made (by its labels and owner marks) that no running DAG run and no recorded deployment owns,
+    and, under ``left_alone``, what is named like gpuflow's but is not provably its."""
+    from gpuflow.steps.resources import list_labeled
 
     records = Records(config, platform.conn_id)
     ownership = Ownership(records, dagrun_state)
-    buckets = {bucket: bucket_run(bucket) for bucket in _run_buckets(config, records)}
-    prefixes = _object_prefixes(config, records)
-    live = {prefix: ownership.run_live(prefix) for prefix in sorted({*prefixes, *buckets.values()})}
+    claims = Claims()
+    buckets = {bucket: bucket_run(bucket) for bucket in claims.buckets(records, _run_buckets(config, records))}
+    prefixes = []
+    for prefix in _object_prefixes(config, records):
+        if records.read_lease(prefix) is None:
+            claims.leave("objects", f"gs://{config.bucket}/gpuflow/{prefix}/", "no run.json lease beside them")
+        else:
+            prefixes.append(prefix)
+    live = {prefix: ownership.run_live(prefix) for prefix in prefixes}
+    live.update({prefix: ownership.run_live(prefix, bucket) for bucket, prefix in buckets.items()})
     # (asking first also learns which deployments live runs are creating, before their resources are judged)
-    found = list_named(config, platform.conn_id, ("gf-", "gfd-"))  # one listing of each kind
+    found = list_labeled(config, platform.conn_id, ("gf-", "gfd-"))  # one listing of each kind
     jobs = platform.find_gpuflow_jobs()
+    labelled_jobs = set(claims.labelled("job", {job.name: platform.job_labels(job) for job in jobs}))
+    folders = []
+    for name in _deployment_folders(config, records):
+        if records.gcs.exists(config.bucket, f"{DEPLOYMENTS_FOLDER}/{name}/{DEPLOYMENT_MARK}"):
+            folders.append(name)
+        else:
+            claims.leave("objects", deployment_folder(config, name) + "/", f"no {DEPLOYMENT_MARK} owner mark")
     return {
-        "jobs": [job.to_xcom() for job in jobs if not ownership.owned(job.name, job.id)],
-        "subscriptions": [name for name in found["subscriptions"] if not ownership.owned(name)],
-        "topics": [name for name in found["topics"] if not ownership.owned(name)],
+        "jobs": [job.to_xcom() for job in jobs if job.name in labelled_jobs and not ownership.owned(job.name, job.id)],
+        "subscriptions": [name for name in claims.labelled("subscription", found["subscriptions"])
+                          if not ownership.owned(name)],
+        "topics": [name for name in claims.labelled("topic", found["topics"]) if not ownership.owned(name)],
         "buckets": [bucket for bucket, prefix in buckets.items() if not live[prefix]],
         "prefixes": [f"gs://{config.bucket}/gpuflow/{prefix}/" for prefix in prefixes if not live[prefix]]
-        + [deployment_folder(config, name) + "/" for name in _deployment_folders(config, records)
-           if not ownership.deployment_live(name)],
+        + [deployment_folder(config, name) + "/" for name in folders if not ownership.deployment_live(name)],
+        "left_alone": claims.left_alone,
     }
 
 
@@ -116,10 +197,12 @@ def bucket_run(bucket: str) -> str:
     return f"gf-{match.group(1)}" if match else bucket
 
 
-def _run_buckets(config: GpuflowConfig, records: Records) -> list[str]:
-    """Run-scoped buckets (a run without a bucket configured makes <project>-gf-<hex>)."""
+def _run_buckets(config: GpuflowConfig, records: Records) -> dict[str, dict[str, str]]:
+    """Buckets named like run-scoped ones (a run without a bucket configured makes <project>-gf-<hex>), with their
+    labels."""
     client = records.gcs.get_conn()
-    return sorted(b.name for b in client.list_buckets(prefix=f"{config.project}-gf-") if RUN_HEX.search(b.name))
+    return {b.name: dict(b.labels or {}) for b in sorted(client.list_buckets(prefix=f"{config.project}-gf-"),
+                                                          key=lambda b: b.name) if RUN_HEX.search(b.name)}
 
 
 def _object_prefixes(config: GpuflowConfig, records: Records) -> list[str]:
@@ -161,6 +244,9 @@ def clean_up(config: GpuflowConfig, platform: Platform, leftovers: dict[str, lis
 def describe(leftovers: dict[str, list]) -> str:
     lines = []
     for kind, items in leftovers.items():
-        shown = [item["name"] + f" ({item['id']})" if isinstance(item, dict) else item for item in items]
+        if kind == "left_alone":
+            shown = [f"{item['kind']} {item['name']} ({item['why']})" for item in items]
+        else:
+            shown = [item["name"] + f" ({item['id']})" if isinstance(item, dict) else item for item in items]
         lines.append(f"  {kind}: {', '.join(shown) if shown else 'none'}")
     return "\n".join(lines)

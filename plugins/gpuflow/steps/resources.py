@@ -41,7 +41,7 @@ def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames) -> bool:
         return False
     try:
         gcs.create_bucket(bucket_name=names.bucket, project_id=config.project, location=config.region.upper(),
-                          storage_class="STANDARD")
+                          storage_class="STANDARD", labels=names.labels)
         log.info("created bucket gs://%s", names.bucket)
         return True
     except Conflict:
@@ -157,15 +157,22 @@ def delete_objects(config: GpuflowConfig, conn_id: str, folder_uri: str) -> int:
     return len(names)
 
 
-def list_named(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...]) -> dict[str, list[str]]:
-    """The project's topics and subscriptions whose names start with ``prefix`` (or one of several)."""
+def list_labeled(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...]) -> dict[str, dict[str, dict]]:
+    """The project's topics and subscriptions whose names start with ``prefix`` (or one of several), each with
+    its labels (the janitor's proof of ownership: a name proves nothing)."""
     pubsub, _ = _hooks(conn_id)
     project_path = f"projects/{config.project}"
-    topics = [t.name.rsplit("/", 1)[-1] for t in pubsub.get_conn().list_topics(request={"project": project_path})]
-    subscriptions = [s.name.rsplit("/", 1)[-1]
-                     for s in pubsub.subscriber_client.list_subscriptions(request={"project": project_path})]
-    return {"topics": sorted(t for t in topics if t.startswith(prefix)),
-            "subscriptions": sorted(s for s in subscriptions if s.startswith(prefix))}
+    topics = {t.name.rsplit("/", 1)[-1]: dict(t.labels)
+              for t in pubsub.get_conn().list_topics(request={"project": project_path})}
+    subscriptions = {s.name.rsplit("/", 1)[-1]: dict(s.labels)
+                     for s in pubsub.subscriber_client.list_subscriptions(request={"project": project_path})}
+    return {"topics": {name: topics[name] for name in sorted(topics) if name.startswith(prefix)},
+            "subscriptions": {name: subscriptions[name] for name in sorted(subscriptions) if name.startswith(prefix)}}
+
+
+def list_named(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...]) -> dict[str, list[str]]:
+    """The project's topics and subscriptions whose names start with ``prefix`` (or one of several)."""
+    return {kind: list(found) for kind, found in list_labeled(config, conn_id, prefix).items()}
 
 
 def list_run_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, list[str]]:

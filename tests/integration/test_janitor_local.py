@@ -1,0 +1,75 @@
+"""The janitor on the local profile, run for real (``dag.test()``) on the emulators: what is only named like
+gpuflow's survives, messages included; a gpuflow-labelled leftover of a killed run beside it is deleted. A project
+of its own on the emulators, so no other test's resources are judged."""
+
+import pytest
+from airflow.utils.state import DagRunState
+
+from gpuflow.config import load_config
+from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+from gpuflow.naming import resource_names
+from gpuflow.steps.resources import create_resources, delete_resources, list_named
+
+PROJECT = "gpuflow-janitor-local"
+TEAM_TOPICS = ["gfd-analytics-events", "gf-0123456789-events"]
+TEAM_SUBSCRIPTION = "gfd-analytics-events-reader"
+TEAM_BUCKET = f"{PROJECT}-gf-0123456789"
+
+
+@pytest.fixture
+def janitor(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.helpers import ROOT
+
+    return DagBag(str(ROOT / "dags")).dags["gpuflow_janitor"]
+
+
+@pytest.fixture
+def config(local_config, emulators):
+    return load_config(None, overrides=[
+        f"project={PROJECT}", f"local.state_dir={local_config.local.state_dir}",
+        f"local.pubsub_emulator_host={local_config.local.pubsub_emulator_host}",
+        f"local.storage_emulator_host={local_config.local.storage_emulator_host}"])
+
+
+def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config):
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    with emulator_environment(config):
+        pubsub, gcs = PubSubHook(gcp_conn_id=LOCAL_CONN_ID), GCSHook(gcp_conn_id=LOCAL_CONN_ID)
+        for topic in TEAM_TOPICS:
+            pubsub.create_topic(topic=topic, project_id=PROJECT)
+        pubsub.create_subscription(topic=TEAM_TOPICS[0], subscription=TEAM_SUBSCRIPTION, project_id=PROJECT)
+        pubsub.publish(project_id=PROJECT, topic=TEAM_TOPICS[0],
+                       messages=[{"data": f"event {i}".encode()} for i in range(3)])
+        gcs.create_bucket(bucket_name=TEAM_BUCKET, project_id=PROJECT)
+        killed = resource_names(config, "gf-00000000ff")  # its own bucket, labelled, and its DAG run gone
+        create_resources(config, killed, LOCAL_CONN_ID, lease=("llm_streaming_inference", "manual__gone"))
+    try:
+        run = janitor.test(run_conf={
+            "project": PROJECT, "local__state_dir": config.local.state_dir,
+            "local__pubsub_emulator_host": config.local.pubsub_emulator_host,
+            "local__storage_emulator_host": config.local.storage_emulator_host})
+        assert run.state == DagRunState.SUCCESS
+        result = run.get_task_instance("janitor").xcom_pull(task_ids="janitor")
+        assert result["dry_run"] is False
+        alone = {item["name"]: item["why"] for item in result["left_alone"]}
+        assert {*TEAM_TOPICS, TEAM_SUBSCRIPTION, TEAM_BUCKET} <= set(alone), alone
+        assert sorted(result["topics"]) == sorted(killed.topics) and result["buckets"] == [killed.bucket]
+        with emulator_environment(config):
+            left = list_named(config, LOCAL_CONN_ID, ("gf-", "gfd-"))
+            assert set(TEAM_TOPICS) <= set(left["topics"]) and TEAM_SUBSCRIPTION in left["subscriptions"]
+            assert not set(killed.topics) & set(left["topics"])
+            pulled = pubsub.pull(project_id=PROJECT, subscription=TEAM_SUBSCRIPTION, max_messages=10,
+                                 return_immediately=False)
+            assert sorted(m.message.data for m in pulled) == [b"event 0", b"event 1", b"event 2"]
+            assert gcs.get_conn().bucket(TEAM_BUCKET).exists() and not gcs.get_conn().bucket(killed.bucket).exists()
+    finally:
+        with emulator_environment(config):
+            pubsub.delete_subscription(subscription=TEAM_SUBSCRIPTION, project_id=PROJECT, fail_if_not_exists=False)
+            for topic in TEAM_TOPICS:
+                pubsub.delete_topic(topic=topic, project_id=PROJECT, fail_if_not_exists=False)
+            gcs.delete_bucket(bucket_name=TEAM_BUCKET, force=True)
+            delete_resources(config, killed, LOCAL_CONN_ID)

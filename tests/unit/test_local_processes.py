@@ -1,0 +1,31 @@
+"""Every process gpuflow starts is detached from the task that starts it (``gpuflow.platform.local.DETACHED``)."""
+
+import os
+import signal
+import sys
+
+from gpuflow.platform.local import spawn_logged
+
+
+def test_a_spawned_job_reads_no_stdin_runs_in_its_own_group_and_inherits_no_descriptor(tmp_path):
+    """A job that kept the task's fd 0 (Airflow's channel to the task) would hold the deferred task open until the
+    job ends, the moment its trigger fires: the race of apache/airflow#67287."""
+    read_end, write_end = os.pipe()  # an open descriptor of this "task", and a stdin that is not /dev/null
+    os.set_inheritable(write_end, True)
+    saved_stdin = os.dup(0)
+    os.dup2(read_end, 0)
+    try:
+        pid = spawn_logged([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "job.log")
+    finally:
+        os.dup2(saved_stdin, 0)
+        os.close(saved_stdin)
+    try:
+        assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd")) == [0, 1, 2]  # the log is 1 and 2
+        assert os.readlink(f"/proc/{pid}/fd/1") == str(tmp_path / "job.log")
+        assert os.getpgid(pid) == pid and os.getsid(pid) == pid  # its own process group and session
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        os.close(write_end)
