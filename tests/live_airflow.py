@@ -150,12 +150,15 @@ class LiveAirflow:
         raise TimeoutError(f"run {run_id} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")
 
     def wait_for_backfill_runs(self, dag_id: str, days: list[str], timeout_s: float) -> list[dict]:
-        """The backfill runs of ``days`` (YYYY-MM-DD logical dates), once every one of them has finished."""
+        """The backfill runs of ``days`` (YYYY-MM-DD logical dates), once every one of them has finished and the
+        scheduler has closed the backfill."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             listing = self.api("GET", f"/dags/{dag_id}/dagRuns", params={"run_type": "backfill", "limit": 100})
             runs = [run for run in listing.json()["dag_runs"] if (run.get("logical_date") or "")[:10] in days]
-            if len(runs) == len(days) and all(run["state"] in ("success", "failed") for run in runs):
+            backfills = self.api("GET", "/backfills", params={"dag_id": dag_id}).json()["backfills"]
+            if len(runs) == len(days) and all(run["state"] in ("success", "failed") for run in runs) and all(
+                    backfill["completed_at"] for backfill in backfills):  # (one backfill of a DAG at a time)
                 return runs
             time.sleep(3)
         raise TimeoutError(f"the backfill of {days} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")

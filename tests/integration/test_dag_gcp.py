@@ -213,14 +213,10 @@ def test_requests_are_the_api_types(cloud):
 
 
 MODES = {
-    # right fitting with model copies shared across processes (streaming: horizontal autoscaling, 2 workers); no
-    # Prime and no worker_accelerator: the GPU is asked for in the hint alone
-    "resource_hint+model_copies": ({"gpu__request": "resource_hint", "gpu__sharing": "model_copies",
-                                    "gpu__model_copies": 2, "worker__max_num_workers": 2}, [], False),
-    # one SDK process per worker
-    "single_process": ({"gpu__sharing": "single_process"},
-                       ["worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"], True),
-    # guide 002's own pipeline on CPU workers: no accelerator, one SDK process, the guide's n2-highmem machine
+    # guide 002's own pipeline on CPU workers: no accelerator, one SDK process, the guide's n2-highmem machine.
+    # (The other GPU modes differ only in the request they send: right fitting with model copies in
+    # test_gcp_gpu_modes.py, one SDK process per worker (t4) in test_gcp_dataflow_request.py, each checked against
+    # Dataflow's constraints as the launch checks it.)
     "cpu_workers": ({"gpu__type": "none", "gpu__machine_type": "n2-highmem-2"}, [], True),
 }
 

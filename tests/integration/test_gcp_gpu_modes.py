@@ -14,6 +14,7 @@ import pytest
 from google.cloud import dataflow_v1beta3
 
 from gpuflow.config import load_config
+from gpuflow.dataflow_constraints import violations
 from gpuflow.naming import resource_names
 from gpuflow.platform.dataflow_options import flex_parameters, job_name_for
 from gpuflow.platform.gcp import GcpPlatform
@@ -39,11 +40,14 @@ def gcp_config(*overrides):
 def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs, monkeypatch):
     from apache_beam.portability.api import beam_runner_api_pb2
 
-    config = gcp_config("gpu.request=resource_hint")
+    # Streaming right fitting (horizontal autoscaling: 2 workers) with model copies shared across processes.
+    config = gcp_config("gpu.request=resource_hint", "gpu.sharing=model_copies", "gpu.model_copies=2",
+                        "worker.max_num_workers=2")
     names = resource_names(config, "gf-modehint01")
     platform = GcpPlatform(config, clients=FakeGoogleCloud().install(monkeypatch))
     _, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names), names, IMAGE,
                                          job_name_for(names, config, "llm-inference"), streaming=True)
+    assert violations(platform.staged_request(request)) == []  # Dataflow's constraints, as the launch checks them
     environment = request["environment"]
     # Right fitting without Prime and never with worker_accelerator: the GPU is asked for in the hint alone.
     assert not environment.get("serviceOptions")

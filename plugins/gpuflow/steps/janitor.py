@@ -48,12 +48,19 @@ class Ownership:
         self.records, self.dagrun_state = records, dagrun_state
         self.recorded = {record.name: record for record in records.recorded()}
         self._runs: dict[str, bool] = {}
+        self._leases: dict[str, dict[str, Any] | None] = {}
         self.leased_deployments: set[str] = set()
 
+    def lease(self, prefix: str, bucket: str | None = None) -> dict[str, Any] | None:
+        """The run's lease (in the configured bucket, or its own ``bucket``), read once."""
+        if prefix not in self._leases:
+            self._leases[prefix] = self.records.read_lease(prefix, bucket)
+        return self._leases[prefix]
+
     def run_live(self, prefix: str, bucket: str | None = None) -> bool:
-        """Whether the run's DAG run still runs, by its lease (in the configured bucket, or its own ``bucket``)."""
+        """Whether the run's DAG run still runs, by its lease."""
         if prefix not in self._runs:
-            lease = self.records.read_lease(prefix, bucket)
+            lease = self.lease(prefix, bucket)
             state = None
             if lease:
                 try:
@@ -119,34 +126,15 @@ class Claims:
     def __init__(self):
         self.left_alone: list[dict[str, str]] = []
 
-    def leave(self, kind: str, name: str, why: str) -> None:
-        self.left_alone.append({"kind": kind, "name": name, "why": why})
-        log.warning("left alone: %s %s (%s)", kind, name, why)
-
-    def buckets(self, records: Records, found: dict[str, dict[str, str]]) -> list[str]:
-        """Run buckets that are gpuflow's: by labels that agree with the name, or, where the storage service keeps
-        no bucket labels (the GCS emulator drops them), by the run's lease inside the bucket."""
-        mine = []
-        for bucket, labels in found.items():
-            if labels:
-                why = label_disagreement(bucket, labels)
-            elif records.read_lease(bucket_run(bucket), bucket) is None:
-                why = "no gpuflow labels, and no run.json lease inside"
-            else:
-                why = None
-            if why:
-                self.leave("bucket", bucket, why)
-            else:
-                mine.append(bucket)
-        return mine
-
-    def labelled(self, kind: str, found: dict[str, dict[str, str]]) -> list[str]:
-        """The names among ``found`` (name -> labels) whose labels make them gpuflow's."""
+    def claim(self, kind: str, found: dict[str, dict[str, str]],
+              why_not: Callable[[str, dict[str, str]], str | None] = label_disagreement) -> list[str]:
+        """The names among ``found`` (name -> labels) that are gpuflow's; each other one is left alone, logged."""
         mine = []
         for name, labels in found.items():
-            why = label_disagreement(name, labels)
+            why = why_not(name, labels)
             if why:
-                self.leave(kind, name, why)
+                self.left_alone.append({"kind": kind, "name": name, "why": why})
+                log.warning("left alone: %s %s (%s)", kind, name, why)
             else:
                 mine.append(name)
         return mine
@@ -160,30 +148,32 @@ def find_leftovers(config: GpuflowConfig, platform: Platform, dagrun_state: DagR
     records = Records(config, platform.conn_id)
     ownership = Ownership(records, dagrun_state)
     claims = Claims()
-    buckets = {bucket: bucket_run(bucket) for bucket in claims.buckets(records, _run_buckets(config, records))}
-    prefixes = []
-    for prefix in _object_prefixes(config, records):
-        if records.read_lease(prefix) is None:
-            claims.leave("objects", f"gs://{config.bucket}/gpuflow/{prefix}/", "no run.json lease beside them")
-        else:
-            prefixes.append(prefix)
+
+    def bucket_why_not(bucket: str, labels: dict[str, str]) -> str | None:
+        """Labels that agree with the name, or, where the storage service keeps no bucket labels (the GCS emulator
+        drops them), the run's lease inside the bucket."""
+        if labels:
+            return label_disagreement(bucket, labels)
+        return None if ownership.lease(bucket_run(bucket), bucket) else "no gpuflow labels, and no run.json lease inside"
+
+    buckets = {bucket: bucket_run(bucket) for bucket in claims.claim("bucket", _run_buckets(config, records),
+                                                                     bucket_why_not)}
+    prefixes = claims.claim("objects under gpuflow/", {prefix: {} for prefix in _object_prefixes(config, records)},
+                            lambda prefix, _: None if ownership.lease(prefix) else "no run.json lease beside them")
     live = {prefix: ownership.run_live(prefix) for prefix in prefixes}
     live.update({prefix: ownership.run_live(prefix, bucket) for bucket, prefix in buckets.items()})
     # (asking first also learns which deployments live runs are creating, before their resources are judged)
     found = list_labeled(config, platform.conn_id, ("gf-", "gfd-"))  # one listing of each kind
     jobs = platform.find_gpuflow_jobs()
-    labelled_jobs = set(claims.labelled("job", {job.name: platform.job_labels(job) for job in jobs}))
-    folders = []
-    for name in _deployment_folders(config, records):
-        if records.gcs.exists(config.bucket, f"{DEPLOYMENTS_FOLDER}/{name}/{DEPLOYMENT_MARK}"):
-            folders.append(name)
-        else:
-            claims.leave("objects", deployment_folder(config, name) + "/", f"no {DEPLOYMENT_MARK} owner mark")
+    labelled_jobs = set(claims.claim("job", {job.name: platform.job_labels(job) for job in jobs}))
+    folders = claims.claim("deployment folder", {name: {} for name in _deployment_folders(config, records)}, lambda name, _: (
+        None if records.gcs.exists(config.bucket, f"{DEPLOYMENTS_FOLDER}/{name}/{DEPLOYMENT_MARK}")
+        else f"no {DEPLOYMENT_MARK} owner mark"))
     return {
         "jobs": [job.to_xcom() for job in jobs if job.name in labelled_jobs and not ownership.owned(job.name, job.id)],
-        "subscriptions": [name for name in claims.labelled("subscription", found["subscriptions"])
+        "subscriptions": [name for name in claims.claim("subscription", found["subscriptions"])
                           if not ownership.owned(name)],
-        "topics": [name for name in claims.labelled("topic", found["topics"]) if not ownership.owned(name)],
+        "topics": [name for name in claims.claim("topic", found["topics"]) if not ownership.owned(name)],
         "buckets": [bucket for bucket, prefix in buckets.items() if not live[prefix]],
         "prefixes": [f"gs://{config.bucket}/gpuflow/{prefix}/" for prefix in prefixes if not live[prefix]]
         + [deployment_folder(config, name) + "/" for name in folders if not ownership.deployment_live(name)],
