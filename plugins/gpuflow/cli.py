@@ -196,20 +196,20 @@ def check_launch_request(config, run_id: str) -> list[str]:
     a Flex Template's launch request as built; a direct launch's job as Beam stages it into a local GCS emulator."""
     import tempfile
 
-    from gpuflow.containers import recipe_metadata
+    from gpuflow.containers import image_cuda
     from gpuflow.dataflow_constraints import violations
     from gpuflow.dataflow_request import from_flex_launch
     from gpuflow.platform.dataflow_options import flex_launch
     from gpuflow.platform.offline_staging import stage_offline
 
-    image_cuda = None if config.container.image else recipe_metadata(config.container.recipe).cuda_major
+    cuda = image_cuda(config)
     with tempfile.TemporaryDirectory() as scratch:
         names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch))
     if config.launch.mode == "flex_template":
         _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
-        view = from_flex_launch(request.launch_parameter, image_cuda)
+        view = from_flex_launch(request.launch_parameter, cuda)
     else:
-        view = stage_offline(config, names, "llm_inference.py", argv, image, job_name, True, image_cuda)
+        view = stage_offline(config, names, "llm_inference.py", argv, image, job_name, True, cuda)
     return [str(violation) for violation in violations(view)]
 
 

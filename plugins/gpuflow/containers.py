@@ -34,6 +34,11 @@ class RecipeMetadata:
     torch_from: str  # "pip": the recipe installs torch; "image": the base image has it
 
 
+def image_cuda(config: GpuflowConfig) -> int | None:
+    """The CUDA line of the image gpuflow builds from its recipe; None for an image named in container.image."""
+    return None if config.container.image else recipe_metadata(config.container.recipe).cuda_major
+
+
 def recipe_metadata(recipe: str) -> RecipeMetadata:
     path = RECIPES_DIR / f"{recipe}.Dockerfile"
     header = path.read_text().splitlines()[0]

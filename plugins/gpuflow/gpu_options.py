@@ -57,6 +57,11 @@ def accelerator_hint(config: GpuflowConfig) -> str:
             "install-nvidia-driver")
 
 
+def right_fitting(config: GpuflowConfig) -> bool:
+    """The GPU is asked for with the accelerator hint on the GPU step (gpu.request resource_hint, on GPU workers)."""
+    return config.uses_gpu and config.gpu.request == "resource_hint"
+
+
 def uses_prime(config: GpuflowConfig) -> bool:
     """Dataflow Prime only where the configuration asks for it (``enable_prime`` in dataflow_service_options): right
     fitting does not need it ("When you use a resource hint in your pipeline, right fitting is automatically
@@ -71,7 +76,7 @@ def pipeline_machine_type(config: GpuflowConfig) -> str | None:
     With Dataflow Prime: None, since Prime lists "Designating specific VM types by using the flag
     --worker_machine_type or --machine_type for Python pipelines" among its unsupported features
     (docs.cloud.google.com/dataflow/docs/guides/enable-dataflow-prime)."""
-    if config.gpu.request != "resource_hint" or not config.uses_gpu:
+    if not right_fitting(config):
         return config.gpu.machine_type
     if uses_prime(config):
         return None

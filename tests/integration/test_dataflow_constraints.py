@@ -9,6 +9,7 @@ import pytest
 from google.cloud import dataflow_v1beta3
 
 from gpuflow.config import load_config
+from gpuflow.containers import image_cuda
 from gpuflow.dataflow_constraints import CONSTRAINTS, DataflowRequestRejected, enforce, violations
 from gpuflow.dataflow_request import from_flex_launch, from_staged_job, with_template_launch
 from gpuflow.naming import resource_names
@@ -63,7 +64,7 @@ def test_right_fitting_streaming_request_passes_and_each_change_that_breaks_a_co
     staged = from_staged_job(job, proto, image_cuda=12)
     assert staged.hints and all(step.startswith("RunInference") for step in staged.hints)
     assert violations(staged) == []
-    assert platform.staged_request(job) == dataclasses.replace(staged, image_cuda=platform.image_cuda())
+    assert platform.staged_request(job) == dataclasses.replace(staged, image_cuda=image_cuda(platform.config))
 
     def pool(environment):
         return environment["workerPools"][0]

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from gpuflow.config import GpuflowConfig, beam_jobs_dir
-from gpuflow.gpu_options import pipeline_machine_type
+from gpuflow.gpu_options import pipeline_machine_type, right_fitting
 from gpuflow.naming import ResourceNames
 
 
@@ -41,7 +41,7 @@ def experiments(config: GpuflowConfig, streaming: bool) -> list[str]:
     chosen = ["use_runner_v2", *config.dataflow.experiments]
     if effective_sharing(config) == "single_process" and "no_use_multiple_sdk_containers" not in chosen:
         chosen.append("no_use_multiple_sdk_containers")
-    if streaming and config.uses_gpu and config.gpu.request == "resource_hint" and STREAMING_RIGHT_FITTING not in chosen:
+    if streaming and right_fitting(config) and STREAMING_RIGHT_FITTING not in chosen:
         chosen.append(STREAMING_RIGHT_FITTING)
     return chosen
 

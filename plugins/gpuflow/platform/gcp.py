@@ -14,6 +14,7 @@ import json
 import logging
 from typing import Any
 
+from gpuflow.gpu_options import accelerator_hint, right_fitting
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import JobHandle
 from gpuflow.platform.dataflow_options import job_name_for
@@ -32,9 +33,7 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
         argv = ["--report", names.gcs_uri("gpu-check", "report.json")]
         if self.config.require_gpu:
             argv.append("--require-gpu")
-        if self.config.gpu.request == "resource_hint":  # right fitting: the GPU comes with the hint alone
-            from gpuflow.gpu_options import accelerator_hint
-
+        if right_fitting(self.config):  # the GPU comes with the hint alone
             argv += ["--accelerator-hint", accelerator_hint(self.config)]
         return self.start_job("gpu_check.py", argv, names, image, job_name_for(names, self.config, "gpu-check"),
                               streaming=False)

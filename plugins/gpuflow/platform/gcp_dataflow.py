@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from gpuflow.config import beam_jobs_dir
+from gpuflow.containers import image_cuda
 from gpuflow.dataflow_constraints import enforce
 from gpuflow.dataflow_request import DataflowRequest, from_flex_launch, from_staged_job, with_template_launch
 from gpuflow.naming import ResourceNames
@@ -82,12 +83,6 @@ class DataflowJobs(GcpService):
             )
         return template_uri, template
 
-    def image_cuda(self) -> int | None:
-        """The CUDA line of the image gpuflow builds from its recipe; None for an image named in container.image."""
-        from gpuflow.containers import recipe_metadata
-
-        return None if self.config.container.image else recipe_metadata(self.config.container.recipe).cuda_major
-
     def staged_request(self, template: dict[str, Any]) -> DataflowRequest:
         """The staged job as Dataflow receives it, with the resource hints of its pipeline proto (read from GCS)."""
         pipeline_url = template.get("environment", {}).get("sdkPipelineOptions", {}).get("options", {}).get(
@@ -96,7 +91,7 @@ class DataflowJobs(GcpService):
         if pipeline_url:
             bucket, _, blob = pipeline_url.removeprefix("gs://").partition("/")
             proto = self._gcs().download(bucket, blob)
-        return from_staged_job(template, proto, self.image_cuda())
+        return from_staged_job(template, proto, image_cuda(self.config))
 
     def _dataflow_hook(self, drain: bool = False):
         from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
@@ -132,7 +127,7 @@ class DataflowJobs(GcpService):
         from google.cloud import dataflow_v1beta3
 
         spec, request = flex_launch(self.config, names, job, argv, image, job_name, streaming)
-        enforce(from_flex_launch(request.launch_parameter, self.image_cuda()))
+        enforce(from_flex_launch(request.launch_parameter, image_cuda(self.config)))
         spec_uri = request.launch_parameter.container_spec_gcs_path
         self._gcs().upload(names.bucket, spec_uri.removeprefix(f"gs://{names.bucket}/"),
                            data=json.dumps(spec, indent=2), mime_type="application/json")

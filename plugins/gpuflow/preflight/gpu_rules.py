@@ -22,6 +22,7 @@ from gpuflow.gpu_options import (
     model_parameters_m,
     parse_worker_accelerator,
     pipeline_machine_type,
+    right_fitting,
     uses_prime,
     worker_accelerator,
 )
@@ -259,7 +260,7 @@ def streaming_right_fitting_autoscales(config: GpuflowConfig) -> Iterator[Findin
     pipeline option." gpuflow sends that experiment with every streaming job in resource_hint mode, on Streaming
     Engine, which autoscales horizontally between one worker and worker.max_num_workers.
     """
-    if config.gpu.request != "resource_hint" or not config.uses_gpu:  # CPU workers: cpu_workers refuses the hint
+    if not right_fitting(config):  # (CPU workers: cpu_workers refuses the hint)
         return
     if config.worker.max_num_workers <= 1:
         yield error("worker.max_num_workers", "right fitting (gpu.request: resource_hint) on a streaming pipeline "
@@ -276,7 +277,7 @@ def right_fitting_machine_types(config: GpuflowConfig) -> Iterator[Finding]:
     """resource_hint: the GPU's machine type goes inside the hint; the pipeline's machine type is a CPU machine for
     the steps without it, or none at all with Dataflow Prime, which does not support --machine_type for Python
     pipelines (docs.cloud.google.com/dataflow/docs/guides/enable-dataflow-prime, "Unsupported features")."""
-    if config.gpu.request != "resource_hint" or not config.uses_gpu:
+    if not right_fitting(config):
         return
     if uses_prime(config):
         if config.worker.machine_type:

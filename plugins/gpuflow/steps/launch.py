@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from gpuflow.config import GpuflowConfig
+from gpuflow.gpu_options import accelerator_hint, right_fitting
 from gpuflow.naming import ResourceNames
 from gpuflow.platform import JobHandle
 from gpuflow.troubleshoot import Placement, fallback_configs, next_placement, worth_a_fallback
@@ -49,9 +50,7 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
         argv.append("--chat-template")
     if config.inference.engine == "vllm":
         argv += ["--engine", "vllm", "--vllm-gpu-memory-utilization", str(config.inference.vllm_gpu_memory_utilization)]
-    if config.gpu.request == "resource_hint" and config.profile == "gcp":
-        from gpuflow.gpu_options import accelerator_hint
-
+    if right_fitting(config) and config.profile == "gcp":
         argv += ["--accelerator-hint", accelerator_hint(config)]
     if config.gpu.sharing == "model_copies":
         argv += ["--model-copies", str(config.gpu.model_copies)]
