@@ -193,8 +193,8 @@ BATCH_DAG = "llm_batch_inference"
 
 def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred_tasks_free_their_slots(
         airflow_live, local_config, tmp_path):
-    """A backfill (as `airflow backfill create` makes it) of three dates at once, twice, under the real scheduler (LocalExecutor,
-    parallelism 2), dag-processor and triggerer. Every run succeeds at its first try: the deferred run_batch never
+    """A backfill (as `airflow backfill create` makes it) of three dates at once, twice, under the real scheduler
+    (LocalExecutor, parallelism 2), dag-processor and triggerer. Every run succeeds at its first try: the deferred run_batch never
     races its own job (a job that kept the task's stdin held the task open until the job ended, the moment its
     trigger fired: apache/airflow#67287). The executor hears of each deferral at once, so its slot is free while
     the job runs, and it never reports a task finished that the scheduler has queued again."""
@@ -209,23 +209,11 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
     for day in (day for days in backfills for day in days):
         (tmp_path / "prompts" / day).mkdir(parents=True)
         (tmp_path / "prompts" / day / "part-0.jsonl").write_text(
-            "".join(json.dumps({"id": f"{day}-{i}", "prompt": f"question {i} of {day}"}) + "\n" for i in range(3)))
+            "".join(json.dumps({"id": f"{day}-{i}", "prompt": f"question {i} of {day}"}) + "\n" for i in range(2)))
     airflow_live.wait_for_dag(BATCH_DAG)
     for days in backfills:
-        # What `airflow backfill create` does, through the API server (the CLI would write the SQLite database
-        # beside the scheduler and meet "database is locked"); max_active_runs: the CLI's default.
-        created = airflow_live.api("POST", "/backfills", json={
-            "dag_id": BATCH_DAG, "from_date": f"{days[0]}T00:00:00Z", "to_date": f"{days[-1]}T00:00:00Z",
-            "dag_run_conf": conf, "max_active_runs": 10})
-        assert created.status_code == 200, created.text
-        runs = airflow_live.wait_for_backfill_runs(BATCH_DAG, days, timeout_s=900)
-        for run in runs:
-            tis = airflow_live.api("GET", f"/dags/{BATCH_DAG}/dagRuns/{run['dag_run_id']}/taskInstances").json()
-            states = {ti["task_id"]: (ti["state"], ti["try_number"]) for ti in tis["task_instances"]}
-            assert run["state"] == "success", (states, airflow_live.log_tail("scheduler"))
-            assert {try_number for state, try_number in states.values() if state == "success"} == {1}, states
-        for day in days:
-            assert (tmp_path / "answers" / day / "_SUCCESS").exists()
+        run_backfill(airflow_live, conf, days, tmp_path)
+
     scheduler = (airflow_live.home / "scheduler.log").read_text(errors="replace").splitlines()
     assert not [line for line in scheduler if "but the task instance's state attribute is" in line]
     # Each run_batch's deferral ended its workload (and freed its executor slot) while its job still ran: the
@@ -246,3 +234,20 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
         exit_file = Path(local.state_dir) / f"{run_prefix(BATCH_DAG, run_id)}-pipeline.log.exit"
         job_ended = datetime.fromtimestamp(exit_file.stat().st_mtime, tz=UTC)
         assert freed < job_ended, (run_id, freed, job_ended)
+
+
+def run_backfill(airflow_live, conf: dict, days: list[str], folder: Path) -> None:
+    """One backfill of ``days``, as `airflow backfill create` makes it, through the API server (the CLI would write
+    the SQLite database beside the scheduler and meet "database is locked"): every run succeeds, every task at its
+    first try, and every date is published."""
+    created = airflow_live.api("POST", "/backfills", json={
+        "dag_id": BATCH_DAG, "from_date": f"{days[0]}T00:00:00Z", "to_date": f"{days[-1]}T00:00:00Z",
+        "dag_run_conf": conf, "max_active_runs": 10})  # the CLI's default
+    assert created.status_code == 200, created.text
+    for run in airflow_live.wait_for_backfill_runs(BATCH_DAG, days, timeout_s=900):
+        tis = airflow_live.api("GET", f"/dags/{BATCH_DAG}/dagRuns/{run['dag_run_id']}/taskInstances").json()
+        states = {ti["task_id"]: (ti["state"], ti["try_number"]) for ti in tis["task_instances"]}
+        assert run["state"] == "success", (states, airflow_live.log_tail("scheduler"))
+        assert {try_number for state, try_number in states.values() if state == "success"} == {1}, states
+    for day in days:
+        assert (folder / "answers" / day / "_SUCCESS").exists()
