@@ -238,11 +238,16 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
 
 def run_backfill(airflow_live, conf: dict, days: list[str], folder: Path) -> None:
     """One backfill of ``days``, as `airflow backfill create` makes it, through the API server (the CLI would write
-    the SQLite database beside the scheduler and meet "database is locked"): every run succeeds, every task at its
-    first try, and every date is published."""
-    created = airflow_live.api("POST", "/backfills", json={
-        "dag_id": BATCH_DAG, "from_date": f"{days[0]}T00:00:00Z", "to_date": f"{days[-1]}T00:00:00Z",
-        "dag_run_conf": conf, "max_active_runs": 10})  # the CLI's default
+    the SQLite database beside the scheduler and fail on "database is locked"; the API server says so with a 503,
+    and is asked again): every run succeeds, every task at its first try, and every date is published."""
+    body = {"dag_id": BATCH_DAG, "from_date": f"{days[0]}T00:00:00Z", "to_date": f"{days[-1]}T00:00:00Z",
+            "dag_run_conf": conf, "max_active_runs": 10}  # the CLI's default
+    deadline = time.monotonic() + 120
+    while True:  # on SQLite the API server answers 503 "Database is locked" while the scheduler writes: ask again
+        created = airflow_live.api("POST", "/backfills", json=body)
+        if created.status_code != 503 or "locked" not in created.text or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert created.status_code == 200, created.text
     for run in airflow_live.wait_for_backfill_runs(BATCH_DAG, days, timeout_s=900):
         tis = airflow_live.api("GET", f"/dags/{BATCH_DAG}/dagRuns/{run['dag_run_id']}/taskInstances").json()
