@@ -11,7 +11,7 @@ PIP_QUIET := grep -v '^WARNING: Location' || true
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: venv demo test test-unit lint bench clean deploy-composer browser
+.PHONY: venv demo test test-unit lint bench clean deploy-composer browser lock images-check
 
 venv: $(STAMP)
 
@@ -30,6 +30,16 @@ demo: venv
 	$(BIN)/airflow db migrate > $(DEMO_HOME)/db-migrate.log 2>&1; \
 	$(BIN)/gpuflow emulators run -- $(BIN)/airflow dags test llm_streaming_inference 2>&1 | tee $(DEMO_HOME)/dags-test.log; \
 	$(BIN)/python -m gpuflow.demo_report $(DEMO_HOME)/dags-test.log
+
+# Resolve docker/locks/*.in into locks for each image's platform and Python (uv; reaches only PyPI).
+# PYTHON_VERSION=3.12 BEAM_VERSION=2.78.0 resolve the workers' locks for other versions.
+lock: venv
+	$(BIN)/gpuflow images lock $(if $(PYTHON_VERSION),--set python_version=$(PYTHON_VERSION)) \
+	  $(if $(BEAM_VERSION),--set beam_version=$(BEAM_VERSION))
+
+# Install each lock as pip would inside its image, dry-run, offline from Docker; check it against its recipe.
+images-check: venv
+	$(BIN)/gpuflow images check
 
 lint: venv
 	$(BIN)/ruff check .

@@ -27,6 +27,10 @@ log = logging.getLogger("gpuflow.download_model")
 # The export runs on CPU (e2) machines: the prebuilt PyTorch CPU training image
 # (cloud.google.com/vertex-ai/docs/training/pre-built-containers).
 VERTEX_CONTAINER = "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-4.py310:latest"
+#: `vertex` mode's installs: the exact pins of gpuflow's docker/locks/export.in (a test keeps them equal), which load
+#: models on that image's torch 2.4; an unpinned transformers resolves to 5.x, which turns PyTorch off below 2.6.
+VERTEX_REQUIREMENTS = ["transformers==4.57.6", "sentencepiece==0.2.3", "safetensors==0.8.0",
+                       "google-cloud-storage==3.17.1"]
 #: Written beside the weights once everything is there: {"model_name", "dtype", "state_dict_bytes"}.
 EXPORT_MARKER = "gpuflow_export.json"
 
@@ -143,7 +147,7 @@ def run_vertex_job(
         args=vertex_job_args(model_name, state_dict_path),
         machine_type=machine_type,
         boot_disk_size_gb=disk_size_gb,
-        requirements=["transformers", "sentencepiece", "apache-beam[gcp]"],
+        requirements=VERTEX_REQUIREMENTS,
     )
     job.run()
 

@@ -1,6 +1,10 @@
-# gpuflow-recipe: cuda=12 min_beam=2.46.0 torch=pip
+# gpuflow-recipe: cuda=12 min_beam=2.46.0 lock=cuda12
 # gpuflow recipe "cuda_base": NVIDIA's CUDA 12.4 base image, Python ${python_version} installed into it, and the
-# Beam ${beam_version} SDK harness copied in. No driver: Dataflow installs it on the host.
+# Beam ${beam_version} SDK harness copied in, and torch's CUDA 12 build from docker/locks/cuda12.lock. No driver:
+# Dataflow installs it on the host.
+# Base images are pinned to their tags, not their digests: no registry (Docker Hub, gcr.io) can be reached from
+# the machines that write these recipes. Read a digest with `docker buildx imagetools inspect IMAGE:TAG` and
+# append @sha256:... to pin it.
 FROM nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
 
 ENV DEBIAN_FRONTEND=noninteractive
@@ -21,8 +25,9 @@ ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64
 ENV PYTHONPATH=/opt/gpuflow/beam_jobs
 ENV PIP_NO_CACHE_DIR=1
 
-COPY worker-requirements.txt /tmp/worker-requirements.txt
-RUN python -m pip install -r /tmp/worker-requirements.txt && python -m pip check
+COPY worker-requirements.lock /tmp/worker-requirements.lock
+RUN python -m pip install --no-deps --require-hashes -r /tmp/worker-requirements.lock \
+    && python -m pip check
 
 COPY beam_jobs/ /opt/gpuflow/beam_jobs/
 ENTRYPOINT ["/opt/apache/beam/boot"]

@@ -1,8 +1,11 @@
-# gpuflow-recipe: cuda=12 min_beam=2.50.0 torch=pip
-# gpuflow recipe "l4": the Beam SDK image for Python ${python_version} and Beam ${beam_version}, plus a CUDA 12
-# build of torch (its pip wheels bring the CUDA runtime libraries). For L4 GPUs: driver >= 525, CUDA >= 12,
-# Beam >= 2.50. The GPU driver is NOT installed here: Dataflow installs it on the host
-# (worker_accelerator=...;install-nvidia-driver) and mounts it under /usr/local/nvidia.
+# gpuflow-recipe: cuda=12 min_beam=2.50.0 lock=cuda12
+# gpuflow recipe "l4": the Beam SDK image for Python ${python_version} and Beam ${beam_version}, plus torch's CUDA 12
+# build from PyPI (its wheels bring the CUDA runtime libraries), installed from docker/locks/cuda12.lock. For L4 GPUs
+# guide 003 asks for driver >= 525, CUDA >= 12 and Beam >= 2.50. The GPU driver is NOT installed here: Dataflow
+# installs it on the host (worker_accelerator=...;install-nvidia-driver) and mounts it under /usr/local/nvidia.
+# Base images are pinned to their tags, not their digests: no registry (Docker Hub, gcr.io) can be reached from
+# the machines that write these recipes. Read a digest with `docker buildx imagetools inspect IMAGE:TAG` and
+# append @sha256:... to pin it.
 FROM apache/beam_python${python_version}_sdk:${beam_version}
 
 ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64
@@ -10,9 +13,8 @@ ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64
 ENV PYTHONPATH=/opt/gpuflow/beam_jobs
 ENV PIP_NO_CACHE_DIR=1
 
-COPY worker-requirements.txt /tmp/worker-requirements.txt
-RUN pip install --upgrade pip \
-    && pip install -r /tmp/worker-requirements.txt \
+COPY worker-requirements.lock /tmp/worker-requirements.lock
+RUN pip install --no-deps --require-hashes -r /tmp/worker-requirements.lock \
     && pip check
 
 COPY beam_jobs/ /opt/gpuflow/beam_jobs/

@@ -725,6 +725,11 @@ class FakeGoogleCloud:
                                 monitoring_v3.MetricServiceAsyncClient)
 
 
+#: launch.mode flex_template with its launcher image pinned (a tag shaped like the Flex Template page's; tests pull
+#: nothing).
+FLEX = ("launch.mode=flex_template", "container.flex_launcher_tag=20260101_RC00")
+
+
 def gcp_test_config(*overrides: str):
     """configs/gcp.example.yaml in the test project, polling at once: the unit tests' gcp configuration."""
     from gpuflow.config import load_config

@@ -25,11 +25,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from gpuflow.preflight import format_findings, has_errors, run_preflight
 
     if args.recipes:
-        from gpuflow.containers import recipe_metadata, recipe_names
+        from gpuflow.containers import recipe_table
 
-        for name in recipe_names():
-            meta = recipe_metadata(name)
-            print(f"{name:<16} CUDA {meta.cuda_major}, Beam >= {meta.min_beam}, torch from {meta.torch_from}")
+        print(recipe_table())
         return 0
 
     try:
@@ -68,6 +66,38 @@ def cmd_render_dockerfile(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    """lock: resolve every lock for its image's platform and Python. check: resolve each lock as pip would inside the
+    image (dry run) and check it against its recipe's label. Both reach only the package registry."""
+    from gpuflow import image_locks
+    from gpuflow.containers import EXPORT_LOCK, export_image_target, lock_targets, recipe_metadata, recipe_names
+
+    config = load_config(args.config, overrides=args.overrides)
+    targets = lock_targets(config)
+    if args.action == "lock":
+        for name, (python, beam) in targets.items():
+            print(f"{image_locks.compile_lock(name, python, beam)}: Python {python}" + (f", Beam {beam}" if beam else ""))
+        return 0
+    labels = {recipe_metadata(recipe).lock: recipe_metadata(recipe) for recipe in recipe_names()}
+    failed = False
+    for name in targets:
+        lock = image_locks.read_lock(name)
+        image_torch = export_image_target(config)[0] if name == EXPORT_LOCK else None
+        label = labels.get(name)
+        problems = image_locks.lock_problems(lock, label and label.cuda_major, image_torch,
+                                             label.also_cuda if label else ())
+        try:
+            resolution = image_locks.resolve_lock(name)
+            print(f"{name}: resolves for Python {resolution.python} on {image_locks.PLATFORM}: "
+                  f"{len(resolution.would_install)} packages would install")
+        except image_locks.LockError as error:
+            problems.append(str(error))
+        for problem in problems:
+            print(f"  problem: {problem}", file=sys.stderr)
+        failed |= bool(problems)
+    return 1 if failed else 0
 
 
 def cmd_debug_vm(args: argparse.Namespace) -> int:
@@ -153,7 +183,8 @@ def _launch_plan(config, run_id: str, scratch: Path):
 
     names = resource_names(config, run_prefix("llm_streaming_inference", run_id))
     argv = pipeline_argv(config, names)
-    image = image_for(config, render_context(config, names, scratch)) if config.profile == "gcp" else ""
+    image = config.container.image or (image_for(config, render_context(config, names, scratch))
+                                        if config.profile == "gcp" else "")
     return names, argv, image, job_name_for(names, config, "llm-inference")
 
 
@@ -259,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     preflight = commands.add_parser("preflight", help="validate a configuration and the environment")
     _add_config_args(preflight)
     preflight.add_argument("--json", action="store_true", help="machine-readable output")
-    preflight.add_argument("--recipes", action="store_true", help="list the container recipes and exit")
+    preflight.add_argument("--recipes", action="store_true",
+                           help="list the container recipes with their locks' CUDA line and driver need, and exit")
     preflight.add_argument("--workflow", choices=["inference", "dataproc"], default=None,
                            help="whose environment to check (default: dataproc when the config has a dataproc "
                                 "section, else inference)")
@@ -278,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--recipe", default=None)
     render.add_argument("--output", required=True)
     render.set_defaults(func=cmd_render_dockerfile)
+
+    images = commands.add_parser("images", help="lock: write docker/locks/*.lock for their images (make lock); "
+                                 "check: resolve each lock for its image, offline from Docker")
+    _add_config_args(images)
+    images.add_argument("action", choices=["lock", "check"])
+    images.set_defaults(func=cmd_images)
 
     debug = commands.add_parser("debug-vm", help="print the guide's standalone GPU VM debugging commands")
     _add_config_args(debug)

@@ -119,7 +119,9 @@ class WorkerConfig(_Section):
 
 
 class ContainerConfig(_Section):
-    recipe: str = Field("l4", description="Recipe in docker/ used to build the worker image.")
+    recipe: str | None = Field(None, description=(
+        "Recipe in docker/ used to build the worker image. Empty: cpu with gpu.type none, vllm with "
+        "inference.engine vllm, l4 otherwise."))
     image: str | None = Field(
         None,
         description=(
@@ -129,6 +131,10 @@ class ContainerConfig(_Section):
     )
     repository: str = Field("gpuflow", description="gcp: the Artifact Registry Docker repository for the image.")
     build_timeout_s: int = Field(3600, ge=60, le=86400, description="gcp: Cloud Build timeout for the image.")
+    flex_launcher_tag: str | None = Field(None, description=(
+        "launch.mode flex_template: the tag of gcr.io/dataflow-templates-base/pythonXYZ-template-launcher-base "
+        "whose launcher the image copies, from the table of cloud.google.com/dataflow/docs/reference/"
+        "flex-templates-base-images (never latest: the image's tag is derived from its content)."))
 
 
 class ExportConfig(_Section):
@@ -156,8 +162,9 @@ class ExportConfig(_Section):
                     "machines are e2 CPU machines).",
     )
     pip_packages: list[str] = Field(
-        default_factory=lambda: ["transformers>=4.40", "sentencepiece", "safetensors", "google-cloud-storage"],
-        description="Installed in the export container before download_model.py runs.",
+        default_factory=list,
+        description="Installed in the export container after docker/locks/export.lock, before download_model.py "
+                    "runs. Pin them (name==version): an open range resolves to whatever is newest on the day.",
     )
     timeout_s: float = Field(7200, gt=0, description="How long export_model waits for the Vertex AI job.")
 
@@ -436,6 +443,15 @@ class GpuflowConfig(_Section):
     def uses_gpu(self) -> bool:
         """False with gpu.type none: CPU workers, no accelerator, no GPU quota, no GPU check."""
         return self.gpu.type != NO_GPU
+
+    @property
+    def recipe(self) -> str:
+        """container.recipe, or the recipe the run needs: no CUDA library on CPU workers, vLLM for its engine."""
+        if self.container.recipe:
+            return self.container.recipe
+        if not self.uses_gpu:
+            return "cpu"
+        return "vllm" if self.inference.engine == "vllm" else "l4"
 
     @field_validator(*_FIELD_PATTERNS)
     @classmethod

@@ -248,7 +248,7 @@ def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(dag, cloud, mode
 
 
 def test_flex_template_mode_with_mps_runs_the_dag_without_staging_in_airflow(dag, cloud):
-    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "gpu__sharing": "mps",
+    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "container__flex_launcher_tag": "20260101_RC00", "gpu__sharing": "mps",
                              "gpu__machine_type": "g2-standard-8"})
     assert run.state == DagRunState.SUCCESS, task_states(run)
     launches = cloud.dataflow.calls("launch_flex_template")
@@ -263,7 +263,7 @@ def test_a_job_whose_gpus_stay_idle_fails_the_smoke_test_and_is_cleaned_up(dag, 
     from tests.gcp_fakes import FakeMonitoring
 
     cloud.metrics = FakeMonitoring(utilization=0, memory=0)
-    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template"})
+    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "container__flex_launcher_tag": "20260101_RC00"})
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert (states["launch"], states["smoke_test"], states["cleanup"]) == (

@@ -16,7 +16,7 @@ from gpuflow.naming import resource_names
 from gpuflow.platform.dataflow_options import flex_launch, job_name_for, runtime_environment
 from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.steps.launch import pipeline_argv
-from tests.gcp_fakes import FakeGoogleCloud
+from tests.gcp_fakes import FLEX, FakeGoogleCloud
 from tests.helpers import GCP_TEST_PROJECT
 
 BUCKET = "gpuflow-constraints-test"
@@ -136,7 +136,7 @@ def test_worker_accelerator_mps_request_passes_and_breaking_its_constraints_fail
 def test_a_flex_template_streaming_launch_keeps_streaming_engine_on(gcs_bucket, monkeypatch):
     gcs_bucket(BUCKET)
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
-    config = gcp_config("launch.mode=flex_template", "gpu.request=resource_hint")
+    config = gcp_config(*FLEX, "gpu.request=resource_hint")
     names = resource_names(config, "gf-constr0002")
     _, request = flex_launch(config, names, "llm_inference", pipeline_argv(config, names), IMAGE,
                              job_name_for(names, config, "llm-inference"), streaming=True)
@@ -150,7 +150,7 @@ def test_a_flex_template_streaming_launch_keeps_streaming_engine_on(gcs_bucket, 
     off.environment.enable_streaming_engine = False
     assert broken_by(from_flex_launch(off)) == {"streaming-engine"}
     # The launch sends a request only once it passes: with Streaming Engine turned off, nothing reaches Dataflow.
-    config = gcp_config("launch.mode=flex_template", "gpu.request=resource_hint",
+    config = gcp_config(*FLEX, "gpu.request=resource_hint",
                         "dataflow.experiments=[disable_streaming_engine]")
     with pytest.raises(DataflowRequestRejected, match="streaming-engine"):
         GcpPlatform(config, clients=fake).launch_pipeline(pipeline_argv(config, names), names, IMAGE)

@@ -16,7 +16,7 @@ from gpuflow.platform.records import Records
 from gpuflow.rollout import DeploymentRecord, job_options, plan_rollout
 from gpuflow.steps.cleanup import request_stops
 from gpuflow.steps.deployment import ensure_version_pointer, promote, roll_back, update_in_place
-from tests.gcp_fakes import STREAMING_STARTS, FakeGoogleCloud, read_gcs
+from tests.gcp_fakes import FLEX, STREAMING_STARTS, FakeGoogleCloud, read_gcs
 from tests.helpers import GCP_TEST_PROJECT
 
 BUCKET = "gpuflow-deploy-gcp-test"
@@ -108,7 +108,7 @@ def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_i
 
 def test_a_flex_template_update_sends_the_update_fields_through_the_providers_flex_launch(deployed):
     cloud, record, records = deployed
-    config = config_of("launch.mode=flex_template", "deployment.transform_name_mapping={Validate: ValidatePrompts}")
+    config = config_of(*FLEX, "deployment.transform_name_mapping={Validate: ValidatePrompts}")
     platform = GcpPlatform(config, clients=cloud)
     names = resource_names(config, "gf-0000000003")
 

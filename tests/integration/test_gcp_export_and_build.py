@@ -45,6 +45,8 @@ def test_export_runs_the_uploaded_script_once_then_skips_the_same_model(gcs, gcp
     first = export_model(config, names, platform)
     uploaded = gcs.download(BUCKET, f"{names.object_prefix}/code/download_model.py").decode()
     assert uploaded == (ROOT / "beam_jobs" / "download_model.py").read_text()
+    lock = gcs.download(BUCKET, f"{names.object_prefix}/code/export.lock").decode()
+    assert lock == (ROOT / "docker" / "locks" / "export.lock").read_text()  # what the job's pip installs
     assert first["skipped"] is False and first["job"]["kind"] == "vertex-custom-job"
     (create,) = [r for n, r in fake.vertex.requests if n == "create_custom_job"]
     assert create.parent == f"projects/{GCP_TEST_PROJECT}/locations/us-central1"  # the hook's own request

@@ -19,7 +19,7 @@ from gpuflow.naming import resource_names
 from gpuflow.platform.dataflow_options import flex_parameters, job_name_for
 from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.steps.launch import pipeline_argv
-from tests.gcp_fakes import FakeGoogleCloud
+from tests.gcp_fakes import FLEX, FakeGoogleCloud
 from tests.helpers import GCP_TEST_PROJECT, ROOT
 
 BUCKET = "gpuflow-modes-test"
@@ -76,7 +76,7 @@ def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs, monk
 
 
 def test_flex_template_launch_request_and_template_file(gcs, monkeypatch):
-    config = gcp_config("launch.mode=flex_template", "gpu.sharing=mps", "gpu.machine_type=g2-standard-8",
+    config = gcp_config(*FLEX, "gpu.sharing=mps", "gpu.machine_type=g2-standard-8",
                         "dataflow.service_account=sa@gpuflow-gcp-test.iam.gserviceaccount.com")
     names = resource_names(config, "gf-modeflex01")
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
@@ -107,7 +107,7 @@ def test_flex_template_launch_request_and_template_file(gcs, monkeypatch):
 def test_the_flex_launchers_command_line_stages_the_job(gcs, gcp_env, monkeypatch):
     """flex_main.py, called as the launcher calls it (every parameter as --name=value, plus the runner's
     options), stages the same streaming job request."""
-    config = gcp_config("launch.mode=flex_template")
+    config = gcp_config(*FLEX)
     names = resource_names(config, "gf-modeflex02")
     parameters = flex_parameters("llm_inference", pipeline_argv(config, names), config)
     template_uri = names.gcs_uri("templates", "launcher-check.json")

@@ -42,11 +42,16 @@ def platform_with(fake, *overrides):
 def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine, disk):
     platform = platform_with(FakeGoogleCloud(), *overrides)
     names = resource_names(platform.config, "gf-0123456789")
-    job = platform.custom_job(names, names.gcs_uri("code", "download_model.py"))
+    job = platform.custom_job(names, names.gcs_uri("code", "download_model.py"), names.gcs_uri("code", "export.lock"))
     assert isinstance(job, aiplatform_v1.CustomJob)
     (pool,) = job.job_spec.worker_pool_specs
     assert (pool.machine_spec.machine_type, pool.disk_spec.boot_disk_size_gb, pool.replica_count) == (machine, disk, 1)
     script = pool.container_spec.args[0]
+    # The export installs its lock, hash-checked, on the image's own torch, and nothing unpinned.
+    install, check, run = script.split(" && ")
+    assert install == (f"pip install --quiet --no-deps --require-hashes -r "
+                       f"/gcs/{names.bucket}/gpuflow/gf-0123456789/code/export.lock")
+    assert check == "pip check"
     assert f"/gcs/{names.bucket}/gpuflow/gf-0123456789/code/download_model.py local" in script
     assert f"--state-dict-path=/gcs/{names.bucket}/gpuflow/gf-0123456789/model/state_dict.pth" in script
     assert job.labels["gpuflow-run"] == "gf-0123456789"

@@ -14,7 +14,7 @@ from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
-from tests.gcp_fakes import FakeGoogleCloud, FakeMonitoring, gcp_test_config
+from tests.gcp_fakes import FLEX, FakeGoogleCloud, FakeMonitoring, gcp_test_config
 from tests.helpers import GCP_TEST_PROJECT, first_event
 
 L4 = "type:nvidia-l4;count:1;install-nvidia-driver"
@@ -181,11 +181,11 @@ def test_flex_mode_makes_the_worker_image_its_own_launcher(tmp_path):
 
     from gpuflow.containers import FLEX_LAUNCHER, check_dockerfile, render_recipe
 
-    flex = gcp_test_config("launch.mode=flex_template")
+    flex = gcp_test_config(*FLEX)
     dockerfile = render_recipe(flex, tmp_path / "flex")
     parsed = DockerfileParser(path=str(dockerfile))
     copies = [i["value"] for i in parsed.structure if i["instruction"] == "COPY"]
-    assert f"--from=gcr.io/dataflow-templates-base/python311-template-launcher-base:latest {FLEX_LAUNCHER} " \
+    assert f"--from=gcr.io/dataflow-templates-base/python311-template-launcher-base:20260101_RC00 {FLEX_LAUNCHER} " \
            f"{FLEX_LAUNCHER}" in copies
     assert parsed.envs["FLEX_TEMPLATE_PYTHON_PY_FILE"] == "/opt/gpuflow/beam_jobs/flex_main.py"
     assert parsed.envs["PYTHONPATH"] == "/opt/gpuflow/beam_jobs"
@@ -200,7 +200,7 @@ def test_preflight_compares_the_launch_environment_only_in_direct_mode():
 
     drifted = ["beam_version=2.60.0", "container.recipe=l4"]
     assert [f.field for f in launch_environment_matches_container(gcp_test_config(*drifted))] == ["beam_version"]
-    assert list(launch_environment_matches_container(gcp_test_config(*drifted, "launch.mode=flex_template"))) == []
+    assert list(launch_environment_matches_container(gcp_test_config(*drifted, *FLEX))) == []
 
 
 def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypatch, gcp_connection):
@@ -211,7 +211,7 @@ def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypat
     from gpuflow.cli import main
     from gpuflow.naming import run_prefix
 
-    overrides = [f"project={GCP_TEST_PROJECT}", "launch.mode=flex_template", "gpu.sharing=mps",
+    overrides = [f"project={GCP_TEST_PROJECT}", *FLEX, "gpu.sharing=mps",
                  "gpu.machine_type=g2-standard-8"]
     assert main(["launch-command", "--config", "configs/gcp.example.yaml", "--run-id", "manual__7",
                  *(item for o in overrides for item in ("--set", o))]) == 0

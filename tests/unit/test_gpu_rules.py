@@ -35,7 +35,6 @@ CASES = [
      "2.50.0"),
     (["beam_version=2.47.0", "container.recipe=beam_sdk_cuda"], "beam_version_for_gpu", "beam_version", "warning",
      "2.50.0"),
-    (["beam_version=2.48.0"], "container_cuda_for_gpu", "container.recipe", "error", "2.50.0"),
     (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-standard-8", "model.dtype=bfloat16"], "dtype_for_gpu",
      "model.dtype", "error", "float32"),
     (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-standard-8"], "dtype_for_gpu", "model.dtype", "warning",

@@ -151,3 +151,21 @@ def bytes_per_parameter(dtype: str) -> int:
 
 def runtime_overhead() -> float:
     return _load("models")["runtime_overhead"]
+
+
+def driver_for_cuda(cuda_major: int) -> int | None:
+    """The oldest driver branch that runs CUDA ``cuda_major`` builds (NVIDIA's minor version compatibility)."""
+    return _load("images")["cuda_drivers"]["min_driver"].get(cuda_major)
+
+
+def transformers_torch_floor(transformers_version: str) -> str | None:
+    """The oldest torch a transformers release loads models with; None where gpuflow has not read it."""
+    return _load("images")["transformers_torch_floor"]["releases"].get(transformers_version)
+
+
+def export_image_versions(image_uri: str) -> tuple[str, str] | None:
+    """(torch, python) of a Vertex AI prebuilt PyTorch image, read from its name; None for another image."""
+    found = re.search(_load("images")["export_images"]["name_pattern"], image_uri)
+    if not found:
+        return None
+    return f"{found['torch_major']}.{found['torch_minor']}", f"{found['py_major']}.{found['py_minor']}"

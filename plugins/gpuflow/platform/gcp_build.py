@@ -49,7 +49,7 @@ class CloudBuildImages(GcpService):
                 logging=cloudbuild_v1.BuildOptions.LoggingMode.CLOUD_LOGGING_ONLY,
             ),
             # Builds take tags, not labels: the run's and the deployment's, as label=value words.
-            tags=["gpuflow", self.config.container.recipe, *(f"{key}-{value}" for key, value in names.labels.items())],
+            tags=["gpuflow", self.config.recipe, *(f"{key}-{value}" for key, value in names.labels.items())],
         )
 
     def build_image(self, context_dir: Path, image: str, names: ResourceNames) -> ImageBuildResult:

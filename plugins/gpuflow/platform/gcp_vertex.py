@@ -6,6 +6,8 @@ import logging
 
 from gpuflow import catalog
 from gpuflow.config import beam_jobs_dir
+from gpuflow.containers import EXPORT_LOCK
+from gpuflow.image_locks import lock_path
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import JobHandle
 from gpuflow.platform.console import vertex_custom_job_url
@@ -23,8 +25,9 @@ class VertexExport(GcpService):
         return (self.config.export.machine_type or size.export_machine,
                 self.config.export.boot_disk_size_gb or size.export_disk_gb)
 
-    def custom_job(self, names: ResourceNames, script_uri: str):
-        """The Vertex AI CustomJob that runs download_model.py with Cloud Storage mounted under /gcs/."""
+    def custom_job(self, names: ResourceNames, script_uri: str, lock_uri: str):
+        """The Vertex AI CustomJob that installs export.lock on the image's own torch, then runs download_model.py
+        with Cloud Storage mounted under /gcs/."""
         import shlex
 
         from google.cloud import aiplatform_v1
@@ -35,7 +38,11 @@ class VertexExport(GcpService):
         machine, disk_gb = self.export_machine()
         export = self.config.export
         script = " && ".join([
-            "pip install --quiet " + " ".join(shlex.quote(p) for p in export.pip_packages),
+            # --no-deps: the lock holds every dependency but torch, which the image brings (export.in says why).
+            f"pip install --quiet --no-deps --require-hashes -r {shlex.quote(fuse(lock_uri))}",
+            *(["pip install --quiet " + " ".join(shlex.quote(p) for p in export.pip_packages)]
+              if export.pip_packages else []),
+            "pip check",
             shlex.join(["python", fuse(script_uri), "local", f"--model-name={self.config.model.name}",
                         f"--state-dict-path={fuse(names.state_dict_uri)}",
                         *(["--save-pretrained"] if self.config.inference.engine == "vllm" else [])]),
@@ -60,10 +67,11 @@ class VertexExport(GcpService):
         """Upload download_model.py and create the custom job with the provider's CustomJobHook; the task defers
         to the provider's CustomJobTrigger (``gpuflow.triggers.cancelling``) until it ends."""
         script_uri = names.gcs_uri("code", "download_model.py")
-        self._gcs().upload(names.bucket, script_uri.removeprefix(f"gs://{names.bucket}/"),
-                           filename=str(beam_jobs_dir() / "download_model.py"))
+        lock_uri = names.gcs_uri("code", "export.lock")
+        for uri, source in ((script_uri, beam_jobs_dir() / "download_model.py"), (lock_uri, lock_path(EXPORT_LOCK))):
+            self._gcs().upload(names.bucket, uri.removeprefix(f"gs://{names.bucket}/"), filename=str(source))
         job = self._vertex_hook().create_custom_job(project_id=self.config.project, region=self.config.region,
-                                             custom_job=self.custom_job(names, script_uri))
+                                             custom_job=self.custom_job(names, script_uri, lock_uri))
         machine, disk_gb = self.export_machine()
         log.info("Vertex AI custom job %s started on %s (%d GB disk): exporting %s", job.name, machine, disk_gb,
                  model_name)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from gpuflow import catalog
 from gpuflow.config import DEMO_MODELS, GpuflowConfig
 from gpuflow.gpu_options import kv_cache_gb, model_parameters_m
-from gpuflow.preflight.findings import Finding, error, info
+from gpuflow.preflight.findings import Finding, error
 
 
 def _is_seq2seq(config: GpuflowConfig) -> bool:
@@ -29,19 +29,13 @@ def vllm_engine(config: GpuflowConfig) -> Iterator[Finding]:
     if _is_seq2seq(config):
         yield error("inference.engine", f"{config.model.name} is a seq2seq model; gpuflow serves only decoder-only "
                     "models with vLLM", "set inference.engine: transformers for seq2seq models")
-    if config.container.recipe != "vllm":
-        yield error("container.recipe", f"recipe {config.container.recipe} has no vLLM",
-                    "set container.recipe: vllm")
+    if config.recipe != "vllm":
+        yield error("container.recipe", f"recipe {config.recipe} has no vLLM",
+                    "leave container.recipe empty (it picks vllm) or set container.recipe: vllm")
     if config.gpu.sharing in ("mps", "model_copies"):
         yield error("gpu.sharing", f"gpu.sharing {config.gpu.sharing} shares gpuflow's own model copies; vLLM's "
                     "server is one per worker, shared by Beam across the SDK processes", "set gpu.sharing: auto")
     yield from _vllm_memory(config)
-    if config.profile == "gcp" and config.uses_gpu:
-        # guide 000, "Install the GPU drivers": the driver's version depends on the Container-Optimized OS version
-        # Dataflow uses; the job's logs name it ("GPU driver").
-        yield info("container.recipe", "the vllm recipe's wheels are built for CUDA 13, and the driver Dataflow "
-                   "installs depends on its Container-Optimized OS version",
-                   "check the job's 'GPU driver' log line if vLLM reports a driver too old for its CUDA")
 
 
 def _vllm_memory(config: GpuflowConfig) -> Iterator[Finding]:

@@ -103,28 +103,6 @@ def beam_version_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
                       f"set beam_version to {gpu.recommended_beam} or later")
 
 
-def container_cuda_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
-    from gpuflow.containers import recipe_metadata
-
-    gpu = catalog.gpu_type(config.gpu.type)
-    try:
-        recipe = recipe_metadata(config.container.recipe)
-    except FileNotFoundError:
-        yield error("container.recipe", f"recipe {config.container.recipe!r} does not exist",
-                    "run `gpuflow preflight --recipes` for the names")
-        return
-    if gpu is not None and gpu.min_cuda and recipe.cuda_major < gpu.min_cuda:
-        yield error(
-            "container.recipe",
-            f"{gpu.name} needs driver >= {gpu.min_driver or 'recent'} and CUDA >= {gpu.min_cuda}; recipe "
-            f"{recipe.name} builds torch for CUDA {recipe.cuda_major}",
-            f"use a CUDA {gpu.min_cuda} recipe such as l4 or beam_sdk_cuda",
-        )
-    if recipe.min_beam and catalog.version_tuple(config.beam_version) < catalog.version_tuple(recipe.min_beam):
-        yield error("container.recipe", f"recipe {recipe.name} needs Beam >= {recipe.min_beam}",
-                    f"set beam_version to {recipe.min_beam} or later, or use another recipe")
-
-
 def dtype_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
     gpu = catalog.gpu_type(config.gpu.type)
     if gpu is None or gpu.bf16:
@@ -375,7 +353,6 @@ GPU_RULES = [
     machine_type_fits_gpu,
     service_options_well_formed,
     beam_version_for_gpu,
-    container_cuda_for_gpu,
     dtype_for_gpu,
     model_memory_fits,
     custom_machine_valid,

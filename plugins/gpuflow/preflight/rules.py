@@ -19,6 +19,7 @@ from gpuflow.preflight.gpu_rules import (
     region_offers_gpu_now,
     streaming_right_fitting_autoscales,
 )
+from gpuflow.preflight.image_rules import IMAGE_RULES
 
 Rule = Callable[[GpuflowConfig], Iterator[Finding]]
 
@@ -133,6 +134,7 @@ CONFIG_RULES: list[Rule] = [
     gpu_worker_disk,
     model_name_resolvable,
     *GPU_RULES,
+    *IMAGE_RULES,
     dataproc_batch_rules,
 ]
 

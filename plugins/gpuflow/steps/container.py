@@ -11,6 +11,7 @@ from gpuflow.config import GpuflowConfig
 from gpuflow.containers import check_dockerfile, context_digest, render_recipe
 from gpuflow.naming import ResourceNames
 from gpuflow.platform import Platform
+from gpuflow.platform.base import ImageBuildResult
 
 log = logging.getLogger(__name__)
 
@@ -20,31 +21,36 @@ class RecipeError(RuntimeError):
 
 
 def default_image(config: GpuflowConfig, tag: str) -> str:
-    container = config.container
-    return f"{config.region}-docker.pkg.dev/{config.project}/{container.repository}/{container.recipe}:{tag}"
+    return f"{config.region}-docker.pkg.dev/{config.project}/{config.container.repository}/{config.recipe}:{tag}"
 
 
 def image_for(config: GpuflowConfig, context_dir: Path) -> str:
-    """The configured image, or one tagged with the build context's digest (same content, same tag)."""
-    return config.container.image or default_image(config, context_digest(context_dir))
+    """The image tagged with the build context's digest (same content, same tag)."""
+    return default_image(config, context_digest(context_dir))
 
 
 def render_context(config: GpuflowConfig, names: ResourceNames, work_dir: Path | None = None) -> Path:
     """Render the recipe into a build context and check it statically; return the context folder."""
     context_dir = (work_dir or Path(tempfile.mkdtemp(prefix="gpuflow-image-"))) / f"{names.prefix}-context"
     dockerfile = render_recipe(config, context_dir)
-    log.info("rendered recipe %s for Beam %s / Python %s into %s", config.container.recipe, config.beam_version,
+    log.info("rendered recipe %s for Beam %s / Python %s into %s", config.recipe, config.beam_version,
              config.python_version, context_dir)
     problems = check_dockerfile(dockerfile, config)
     if problems:
-        raise RecipeError(f"recipe {config.container.recipe} fails its static checks: " + "; ".join(problems))
-    log.info("static checks passed: Beam boot entrypoint, pip check, LD_LIBRARY_PATH, no driver install")
+        raise RecipeError(f"recipe {config.recipe} fails its static checks: " + "; ".join(problems))
+    log.info("static checks passed: Beam boot entrypoint, the lock installed with --require-hashes and nothing else, "
+             "pinned base images, pip check, LD_LIBRARY_PATH, no driver install")
     return context_dir
 
 
 def build_container(config: GpuflowConfig, names: ResourceNames, platform: Platform,
                     work_dir: Path | None = None) -> dict[str, Any]:
-    """Render, check and build; a remote build is only started (the result's ``job``: the task defers on it)."""
+    """Render, check and build; a remote build is only started (the result's ``job``: the task defers on it). An
+    image named in container.image is used as it is: no recipe is rendered for it and nothing is built."""
+    if config.container.image:
+        log.info("container.image %s is set: gpuflow uses it as it is and builds nothing", config.container.image)
+        return ImageBuildResult(image=config.container.image, built=False, context_dir="",
+                                detail="container.image is set; nothing built").model_dump()
     context_dir = render_context(config, names, work_dir)
     image = image_for(config, context_dir)
     result = platform.build_image(context_dir, image, names)
