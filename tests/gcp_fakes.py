@@ -11,6 +11,7 @@ Beam's BundleBasedDirectRunner against the Pub/Sub emulator. Only the control pl
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from google.api_core.exceptions import NotFound
+from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError, NotFound
 from google.cloud import aiplatform_v1, artifactregistry_v1, compute_v1, dataflow_v1beta3, monitoring_v3
 from google.cloud.dataflow_v1beta3.services.messages_v1_beta3 import pagers
 from google.cloud.devtools import cloudbuild_v1
@@ -73,6 +74,11 @@ LAUNCH_FAILS = [(JobState.JOB_STATE_PENDING, []),
                                               "Workflow failed. Causes: Error syncing pod: SystemError: unknown opcode")])]
 
 
+#: What Dataflow's ACTIVE filter leaves out: the terminal states, UPDATED (replaced in place) and STOPPED among them.
+TERMINAL_STATES = {JobState.JOB_STATE_DONE, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED,
+                   JobState.JOB_STATE_DRAINED, JobState.JOB_STATE_UPDATED, JobState.JOB_STATE_STOPPED}
+
+
 @dataclass
 class FakeJob:
     id: str
@@ -85,10 +91,17 @@ class FakeJob:
     stopped_state: Any = None
     process: subprocess.Popen | None = None
     labels: dict = field(default_factory=dict)  # as the launch request stated them
+    # What the request launched: the program (llm_inference or gpu_check) and whether it streams, read from the
+    # staged job (its type and pipeline proto) or from the Flex Template launch's parameters, never from the name.
+    program: str = "llm_inference"
+    streaming: bool = True
 
     autoscaling_events: list = field(default_factory=list)
+    stopping: list = field(default_factory=list)  # the states a stop passes through, the last one kept
 
     def advance(self) -> Any:
+        if self.stopping:
+            self.stopped_state = self.stopping.pop(0) if len(self.stopping) > 1 else self.stopping[0]
         if self.stopped_state is not None:
             return self.stopped_state
         self.step = min(self.step + 1, len(self.script) - 1)
@@ -124,32 +137,52 @@ class FakeDataflow:
 
     # TemplatesServiceClient
     def launch_template(self, request):
+        """Dataflow reads the template Beam staged: the job's type, and its pipeline (which program it runs)."""
         assert isinstance(request, dataflow_v1beta3.LaunchTemplateRequest)
         self.requests.append(("launch_template", request))
-        if self.workers is not None:  # keep what Beam staged: cleanup deletes it with the run's prefix
-            self.staged[request.gcs_path] = json.loads(read_gcs(self.workers.env, request.gcs_path))
+        staged, proto = read_staged_job(self.workers.env if self.workers else dict(os.environ), request.gcs_path)
+        self.staged[request.gcs_path] = staged  # kept: cleanup deletes the run's prefix
+        transforms = {transform.unique_name for transform in proto.components.transforms.values()}
+        program = "gpu_check" if any(name.split("/")[-1] == "InspectWorker" for name in transforms) else \
+            "llm_inference"
+        parameters = request.launch_parameters
         return dataflow_v1beta3.LaunchTemplateResponse(job=self._start(
-            request.launch_parameters.job_name, request.location, request.gcs_path, request.project_id,
-            dict(request.launch_parameters.environment.additional_user_labels)))
+            parameters.job_name, request.location, request.gcs_path, request.project_id,
+            dict(parameters.environment.additional_user_labels), program=program,
+            streaming=staged.get("type") == "JOB_TYPE_STREAMING", update=parameters.update))
 
-    def _start(self, name: str, location: str, gcs_path: str, project_id: str, labels: dict):
-        default = STREAMING_STARTS if "llm-inference" in name else BATCH_SUCCEEDS
+    def _start(self, name: str, location: str, gcs_path: str, project_id: str, labels: dict, program: str,
+               streaming: bool, update: bool):
+        if update:  # an update replaces the running job of that name, which ends JOB_STATE_UPDATED
+            running = [job for job in self.jobs.values() if job.name == name and job.location == location
+                       and job.stopped_state is None and not job.stopping and not self._ended(job)]
+            if not running:
+                raise FailedPrecondition(f"(fake) update of job {name} in {location}: no running job has that name")
+            running[0].stopped_state = JobState.JOB_STATE_UPDATED
+            if self.workers:
+                self.workers.stop(running[0])
+        default = STREAMING_STARTS if streaming else BATCH_SUCCEEDS
         job = FakeJob(id=f"2026-11-29_00_00_00-{next(self._ids)}", name=name, location=location,
-                      gcs_path=gcs_path, script=self.scripts.pop(0) if self.scripts else default, labels=labels)
+                      gcs_path=gcs_path, script=self.scripts.pop(0) if self.scripts else default, labels=labels,
+                      program=program, streaming=streaming)
         self.jobs[job.id] = job
         if self.workers and job.script in (STREAMING_STARTS, BATCH_SUCCEEDS):
             self.workers.start(job)
         return dataflow_v1beta3.Job(id=job.id, name=name, project_id=project_id, location=location,
                                     current_state=JobState.JOB_STATE_PENDING)
 
+    @staticmethod
+    def _ended(job: FakeJob) -> bool:
+        return job.step >= 0 and job.script[job.step][0] in TERMINAL_STATES
+
     def scripted_job(self, script, name: str = "gf-0123456789-llm-inference-us-central1-l4",
-                     location: str = "us-central1", labels: dict | None = None):
-        """A job already launched (with ``labels``), whose get_job answers follow ``script``; its handle, as launch
-        would push it."""
+                     location: str = "us-central1", labels: dict | None = None, streaming: bool = True):
+        """A job already launched (with ``labels``; a streaming one unless said), whose get_job answers follow
+        ``script``; its handle, as launch would push it."""
         from gpuflow.platform import JobHandle
 
         job = FakeJob(id=f"job-{len(self.jobs) + 1}", name=name, location=location, gcs_path="gs://b/t.json",
-                      script=script, labels=labels or {})
+                      script=script, labels=labels or {}, streaming=streaming)
         self.jobs[job.id] = job
         return JobHandle(kind="dataflow", id=job.id, name=name, location=location)
 
@@ -158,9 +191,15 @@ class FakeDataflow:
         assert isinstance(request, dataflow_v1beta3.LaunchFlexTemplateRequest)
         self.requests.append(("launch_flex_template", request))
         parameter = request.launch_parameter
+        # The launcher runs the image's gpuflow job with these parameters; llm_inference streams when it is given a
+        # subscription to read.
+        program = parameter.parameters.get("gpuflow_job", "")
+        assert program in ("llm_inference", "gpu_check"), f"flex_main.py runs no gpuflow job named {program!r}"
         return dataflow_v1beta3.LaunchFlexTemplateResponse(job=self._start(
             parameter.job_name, request.location, parameter.container_spec_gcs_path, request.project_id,
-            dict(parameter.environment.additional_user_labels)))
+            dict(parameter.environment.additional_user_labels), program=program,
+            streaming=program == "llm_inference" and "messages_subscription" in parameter.parameters,
+            update=parameter.update))
 
     # JobsV1Beta3Client
     def get_job(self, request):
@@ -169,8 +208,7 @@ class FakeDataflow:
         job = self.jobs.get(request.job_id)
         if job is None:
             raise NotFound(f"(bb5c) Job {request.job_id} not found")
-        kind = dataflow_v1beta3.JobType.JOB_TYPE_STREAMING if "llm-inference" in job.name else \
-            dataflow_v1beta3.JobType.JOB_TYPE_BATCH
+        kind = dataflow_v1beta3.JobType.JOB_TYPE_STREAMING if job.streaming else dataflow_v1beta3.JobType.JOB_TYPE_BATCH
         # Labels come only with the views that carry them (JobView: DESCRIPTION "steps, labels and environment", ALL).
         described = request.view in (dataflow_v1beta3.JobView.JOB_VIEW_DESCRIPTION, dataflow_v1beta3.JobView.JOB_VIEW_ALL)
         return dataflow_v1beta3.Job(id=job.id, name=job.name, location=job.location, current_state=job.advance(),
@@ -179,24 +217,28 @@ class FakeDataflow:
     def update_job(self, request):
         assert isinstance(request, dataflow_v1beta3.UpdateJobRequest)
         self.requests.append(("update_job", request))
-        job = self.jobs[request.job_id]
+        job = self.jobs.get(request.job_id)
+        if job is None:
+            raise NotFound(f"(bb5c) Job {request.job_id} not found")
         requested = JobState(request.job.requested_state)
         assert requested in (JobState.JOB_STATE_CANCELLED, JobState.JOB_STATE_DRAINED)
-        job.stopped_state = requested
+        if requested == JobState.JOB_STATE_DRAINED and not job.streaming:
+            raise FailedPrecondition(f"(fake) job {job.id} is a batch job; only streaming jobs drain")
+        # A stop passes through its transitional state (the workers finish or drop their work) before it ends.
+        passing = JobState.JOB_STATE_DRAINING if requested == JobState.JOB_STATE_DRAINED else \
+            JobState.JOB_STATE_CANCELLING
+        job.stopping = [passing, requested]
         if self.workers:
             self.workers.stop(job)
-        return dataflow_v1beta3.Job(id=job.id, name=job.name, current_state=JobState.JOB_STATE_CANCELLING)
+        return dataflow_v1beta3.Job(id=job.id, name=job.name, current_state=passing)
 
     def list_jobs(self, request):
         assert isinstance(request, dataflow_v1beta3.ListJobsRequest)
         assert request.filter == dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE
         self.requests.append(("list_jobs", request))
-        terminal = {JobState.JOB_STATE_DONE, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED,
-                    JobState.JOB_STATE_DRAINED}
         return [dataflow_v1beta3.Job(id=j.id, name=j.name, location=j.location)
                 for j in self.jobs.values()
-                if j.location == request.location and j.stopped_state is None
-                and (j.step < 0 or j.script[j.step][0] not in terminal)]
+                if j.location == request.location and j.stopped_state not in TERMINAL_STATES and not self._ended(j)]
 
     # MessagesV1Beta3Client
     def list_job_messages(self, request):
@@ -270,8 +312,8 @@ class FakeDataflowRest:
 
             try:
                 return answer()
-            except NotFound as missing:
-                raise HttpError(Response({"status": 404}), str(missing).encode()) from None
+            except GoogleAPICallError as refused:  # the REST client sees the same refusal as an HTTP status
+                raise HttpError(Response({"status": refused.code}), str(refused).encode()) from None
 
         return SimpleNamespace(execute=execute)
 
@@ -305,10 +347,11 @@ class FakeDataflowRest:
 class FakeWorkers:
     """What Dataflow's workers would do, done on this machine.
 
-    The streaming job runs the real pipeline on BundleBasedDirectRunner against the Pub/Sub emulator (the argv
-    gpuflow gives llm_inference.py, rebuilt from the job name's run prefix); a batch job runs to its end on the
-    GCS emulator. The GPU check writes the report an
-    L4 worker writes, or, with ``real_gpu_check``, runs gpu_check.py here (this machine has no GPU).
+    Which program runs, and whether it streams, is what the launch request said (``FakeJob.program`` and
+    ``streaming``). A streaming job runs the real pipeline on BundleBasedDirectRunner against the Pub/Sub emulator
+    (the argv gpuflow gives llm_inference.py, rebuilt from the job name's run prefix); a batch job runs to its end on
+    the GCS emulator. The GPU check writes the report an L4 worker writes, or, with ``real_gpu_check``, runs
+    gpu_check.py here (this machine has no GPU).
     """
 
     def __init__(self, config, env: dict[str, str], log_dir: Path, real_gpu_check: bool = False):
@@ -323,7 +366,7 @@ class FakeWorkers:
         from gpuflow.steps.launch import pipeline_argv
 
         names = self._names(job)
-        if "gpu-check" in job.name:
+        if job.program == "gpu_check":
             report_uri = names.gcs_uri("gpu-check", "report.json")
             if self.real_gpu_check:
                 subprocess.run([sys.executable, str(ROOT / "beam_jobs" / "gpu_check.py"), "--report", report_uri,
@@ -331,7 +374,7 @@ class FakeWorkers:
             else:
                 write_gcs(self.env, report_uri, json.dumps(L4_WORKER_REPORT))
             return
-        if "llm-batch" in job.name:  # the batch job runs to its end (self.config: its dates filled in)
+        if not job.streaming:  # the batch job runs to its end (self.config: its dates filled in)
             subprocess.run([sys.executable, str(ROOT / "beam_jobs" / "llm_inference.py"),
                             *pipeline_argv(self.config, names, batch=True), "--runner=BundleBasedDirectRunner",
                             f"--project={self.config.project}"], env=self.env, check=True, capture_output=True)
@@ -355,6 +398,23 @@ def read_gcs(env: dict[str, str], uri: str) -> str:
                            "sys.argv[1].removeprefix('gs://').partition('/'); print(storage.Client."
                            "create_anonymous_client().bucket(b).blob(n).download_as_text())", uri],
                           env=env, check=True, capture_output=True, text=True).stdout
+
+
+def read_staged_job(env: dict[str, str], uri: str):
+    """The job request Beam staged at ``uri`` and the Beam pipeline proto it names (pipelineUrl), read in one
+    process: what Dataflow reads when it launches a template."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    script = ("import base64, json, sys\nfrom google.cloud import storage\n"
+              "client = storage.Client.create_anonymous_client()\n"
+              "def read(uri):\n    bucket, _, name = uri.removeprefix('gs://').partition('/')\n"
+              "    return client.bucket(bucket).blob(name).download_as_bytes()\n"
+              "job = read(sys.argv[1])\n"
+              "url = json.loads(job)['environment']['sdkPipelineOptions']['options']['pipelineUrl']\n"
+              "print(base64.b64encode(job).decode(), base64.b64encode(read(url)).decode())")
+    job, proto = subprocess.run([sys.executable, "-c", script, uri], env=env, check=True, capture_output=True,
+                                text=True).stdout.split()
+    return json.loads(base64.b64decode(job)), beam_runner_api_pb2.Pipeline.FromString(base64.b64decode(proto))
 
 
 def write_gcs(env: dict[str, str], uri: str, text: str) -> None:
@@ -584,6 +644,7 @@ class FakeMonitoring:
 
 #: The requests each fake answers, by method: what the real GAPIC client turns a dict request into.
 DATAFLOW_REQUESTS = {"get_job": dataflow_v1beta3.GetJobRequest, "update_job": dataflow_v1beta3.UpdateJobRequest,
+                     "list_jobs": dataflow_v1beta3.ListJobsRequest,
                      "list_job_messages": dataflow_v1beta3.ListJobMessagesRequest}
 VERTEX_REQUESTS = {"create_custom_job": aiplatform_v1.CreateCustomJobRequest,
                    "get_custom_job": aiplatform_v1.GetCustomJobRequest,
@@ -702,9 +763,6 @@ class FakeGoogleCloud:
         import contextlib
 
         return contextlib.nullcontext()
-
-    def dataflow_jobs(self):
-        return self.dataflow
 
     def artifact_registry(self):
         return self.registry

@@ -137,3 +137,24 @@ def test_the_staged_batch_job_request(case, gcs, monkeypatch):
     assert isinstance(launch, dataflow_v1beta3.LaunchTemplateRequest) and launch.gcs_path == template_uri
     assert launch.launch_parameters.environment.machine_type == machine
     assert handle.name == job_name and "-llm-batch-" in job_name
+
+
+def test_a_batch_request_launched_as_the_streaming_job_fails_its_wait(gcs, monkeypatch):
+    """The fake answers from the request: the staged job's type says batch, whatever its name says, and the
+    streaming launch's wait refuses a job that would end instead of serving."""
+    from gpuflow.triggers import job_trigger
+    from tests.helpers import first_event
+
+    config = batch_config("dataflow.poll_interval_s=0.01")
+    names = resource_names(config, "gf-reqwrong001")
+    fake = FakeGoogleCloud().install(monkeypatch)
+    platform = GcpPlatform(config, clients=fake)
+    streaming_name = job_name_for(names, config, "llm-inference")
+    template_uri, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names, batch=True),
+                                                    names, IMAGE, streaming_name, streaming=False)
+    assert request["type"] == "JOB_TYPE_BATCH"
+    handle = platform.start_template(template_uri, request, streaming_name, names, streaming=False)
+    job = fake.dataflow.jobs[handle.id]
+    assert (job.streaming, job.program) == (False, "llm_inference")  # read from the staged job and its pipeline
+    event = first_event(job_trigger(config, handle, "running", 60))
+    assert event["status"] == "failed" and "runs as a batch job" in event["message"]

@@ -97,6 +97,8 @@ def test_the_staged_streaming_job_request(case, bucket, monkeypatch):
     assert runtime.additional_user_labels["gpuflow-run"] == names.prefix
     assert runtime.enable_streaming_engine  # stated: the field's default is false
     assert handle.id == fake.dataflow.jobs[handle.id].id and handle.location == "us-central1"
+    job = fake.dataflow.jobs[handle.id]  # what Dataflow makes of the request: a streaming llm_inference job
+    assert (job.streaming, job.program) == (True, "llm_inference")
 
 
 def test_a_container_python_other_than_the_launchers_is_refused_before_launch(bucket, monkeypatch):
@@ -106,3 +108,29 @@ def test_a_container_python_other_than_the_launchers_is_refused_before_launch(bu
     with pytest.raises(DataflowJobFailed, match="unknown opcode"):
         GcpPlatform(config, clients=fake).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
     assert fake.dataflow.requests == []
+
+
+def test_an_update_replaces_only_a_running_job_of_that_name(bucket, monkeypatch):
+    """Dataflow's update launches a replacement for the running job of the same name, which ends UPDATED; with
+    no such job it fails, as Dataflow refuses it."""
+    from googleapiclient.errors import HttpError
+
+    from tests.gcp_fakes import STREAMING_STARTS
+
+    config = gcp_config("model.name=google/flan-t5-large")
+    names = resource_names(config, "gf-requpd00001")
+    fake = FakeGoogleCloud().install(monkeypatch)
+    platform = GcpPlatform(config, clients=fake)
+    job_name = job_name_for(names, config, "llm-inference")
+    with pytest.raises(HttpError) as refused:
+        platform.update_pipeline(pipeline_argv(config, names), names, IMAGE, job_name, {})
+    assert refused.value.resp.status == 400 and b"no running job has that name" in refused.value.content
+
+    old = fake.dataflow.scripted_job(STREAMING_STARTS, name=job_name)
+    state = dataflow_v1beta3.JobState
+    assert fake.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=old.id)).current_state == state.JOB_STATE_PENDING
+    new = platform.update_pipeline(pipeline_argv(config, names), names, IMAGE, job_name, {"Validate": "Check"})
+    assert new.id != old.id and new.name == job_name
+    assert fake.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=old.id)).current_state == state.JOB_STATE_UPDATED
+    assert [job.name for job in fake.dataflow.list_jobs(dataflow_v1beta3.ListJobsRequest(
+        location="us-central1", filter=dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE))] == [job_name]

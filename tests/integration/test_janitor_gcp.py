@@ -77,6 +77,10 @@ def test_the_janitor_removes_a_killed_runs_job_topics_and_objects_and_keeps_a_re
     assert list_named(ephemeral, platform.conn_id, killed.prefix) == {"topics": [], "subscriptions": []}
     assert platform.clients.dataflow.jobs[serving.id].stopped_state is None
     assert list_named(persistent, platform.conn_id, deployment_prefix("chat")) == deployment_before
+    # Dataflow still lists a job while it is being cancelled; the cleanup's trigger polls until it has ended.
+    assert [job["id"] for job in find_leftovers(ephemeral, platform, airflow_run_state)["jobs"]] == [orphan.id]
+    polled = cloud.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=orphan.id))
+    assert JobState(polled.current_state) == JobState.JOB_STATE_CANCELLED
     again = find_leftovers(ephemeral, platform, airflow_run_state)
     again.pop("left_alone")  # (what other tests made by hand, unlabelled, is left alone, and listed)
     assert again == {"jobs": [], "subscriptions": [], "topics": [], "buckets": [], "prefixes": []}

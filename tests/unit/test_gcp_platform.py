@@ -84,8 +84,8 @@ def test_stop_leaves_a_finished_job_alone(monkeypatch, gcp_connection):
     assert fake.dataflow.calls("update_job") == []
 
 
-def test_cleanup_finds_the_runs_active_jobs_in_every_region_it_may_have_used():
-    fake = FakeGoogleCloud()
+def test_cleanup_finds_the_runs_active_jobs_in_every_region_it_may_have_used(monkeypatch, gcp_connection):
+    fake = FakeGoogleCloud().install(monkeypatch)  # listed with the provider's AsyncDataflowHook.list_jobs
     fake.dataflow.scripted_job(STREAMING_STARTS, name="gf-0123456789-llm-inference-us-central1-l4")
     fake.dataflow.scripted_job(STREAMING_STARTS, name="gf-0123456789-gpu-check-us-east4-l4", location="us-east4")
     fake.dataflow.scripted_job(STREAMING_STARTS, name="gf-9999999999-llm-inference-us-central1-l4")  # another run's
@@ -195,3 +195,21 @@ def test_launch_on_kill_cancels_the_dataflow_job(monkeypatch, gcp_connection):
     operator.on_kill()
     (update,) = fake.dataflow.calls("update_job")
     assert update.job_id == handle.id
+
+
+@pytest.mark.parametrize(("drain", "streaming", "passing", "ended"), [
+    (True, True, "JOB_STATE_DRAINING", "JOB_STATE_DRAINED"),
+    (False, True, "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"),
+    (True, False, "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"),  # a batch job cannot drain: it is cancelled
+])
+def test_a_stop_passes_through_its_transitional_state(monkeypatch, gcp_connection, drain, streaming, passing, ended):
+    fake = FakeGoogleCloud(dataflow=FakeDataflow()).install(monkeypatch)
+    platform = platform_with(fake)
+    handle = fake.dataflow.scripted_job(STREAMING_STARTS, streaming=streaming)
+    for _ in range(3):  # PENDING, then RUNNING with its workers up
+        fake.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=handle.id))
+    assert platform.request_stop(handle, drain=drain)
+    seen = [dataflow_v1beta3.JobState(fake.dataflow.get_job(dataflow_v1beta3.GetJobRequest(job_id=handle.id))
+                                      .current_state).name for _ in range(3)]
+    assert seen == [passing, ended, ended]
+    assert not platform.request_stop(handle, drain=drain)  # already ended: nothing to ask

@@ -61,13 +61,19 @@ class DataflowStartWatch:
         return f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}." if diagnosis else ""
 
     def observe(self, state: Any, messages: Iterable[Any], autoscaling_events: Iterable[Any],
-                elapsed_s: float) -> JobOutcome | None:
-        """One poll's job state, messages (DETAILED and above) and autoscaling events; None while still waiting."""
+                elapsed_s: float, job_type: Any = None) -> JobOutcome | None:
+        """One poll's job state, messages (DETAILED and above), autoscaling events and the job's type; None while
+        still waiting."""
         from google.cloud import dataflow_v1beta3
 
         from gpuflow.troubleshoot import classify
 
         state = dataflow_v1beta3.JobState(state)
+        if self.until == "running" and job_type == dataflow_v1beta3.JobType.JOB_TYPE_BATCH:
+            # Only a streaming job keeps running; a batch one would end, and the prompts would wait for nothing.
+            return JobOutcome("failed", f"Dataflow job {self.job_id} runs as a batch job, and a streaming job was "
+                                        "launched: its request was not staged as streaming. Fix: launch it with "
+                                        "--streaming (gpuflow's streaming launch stages it so).")
         if self.until == "stopped":
             if state.name in TERMINAL_STATES:
                 return JobOutcome("reached", f"Dataflow job {self.job_id} is {state.name}")

@@ -44,11 +44,6 @@ class GcpClients:
         with self._base_hook.provide_gcp_credential_file_as_context():
             yield
 
-    def dataflow_jobs(self):
-        from google.cloud import dataflow_v1beta3
-
-        return dataflow_v1beta3.JobsV1Beta3Client(**self._client_kwargs())
-
     def monitoring_async(self):
         """Cloud Monitoring for the smoke test's GPU-metrics trigger (the provider has no Monitoring hook)."""
         from google.cloud import monitoring_v3

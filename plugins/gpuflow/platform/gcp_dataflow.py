@@ -8,8 +8,9 @@ Dataflow jobs are launched in two steps, both of them real on Google Cloud:
    task pushes to XCom before it defers until the workers are up.
 
 The launch, the job reads and the stops go through the provider's ``DataflowHook`` (``launch_job_with_template``,
-``launch_job_with_flex_template``, ``get_job``, ``cancel_job``). Provider gap: it lists a run's jobs only inside its
-private jobs controller, so ``find_run_jobs`` lists active jobs with the Dataflow Jobs client (``GcpClients``).
+``launch_job_with_flex_template``, ``get_job``, ``cancel_job``); the listing of active jobs and a job's labels through
+its ``AsyncDataflowHook`` (``list_jobs`` with the ACTIVE filter, ``get_job`` with a job view; public methods of
+apache-airflow-providers-google 22.8.0), run to completion here.
 
 Because step 1 is Beam's own code, the request can be read back and checked offline (tests do, on the
 GCS emulator), and the launch command can be printed for a person to run (`gpuflow launch-command`). Every launch
@@ -19,6 +20,7 @@ right before it is sent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -251,9 +253,9 @@ class DataflowJobs(GcpService):
         docs.cloud.google.com/dataflow/docs/reference/rest/v1b3/JobView)."""
         from google.cloud import dataflow_v1beta3
 
-        job = self.clients.dataflow_jobs().get_job(request=dataflow_v1beta3.GetJobRequest(
-            project_id=self.config.project, location=handle.location, job_id=handle.id,
-            view=dataflow_v1beta3.JobView.JOB_VIEW_DESCRIPTION))
+        job = asyncio.run(self._async_hook().get_job(
+            job_id=handle.id, project_id=self.config.project, location=handle.location,
+            job_view=dataflow_v1beta3.JobView.JOB_VIEW_DESCRIPTION))
         return dict(job.labels)
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
@@ -269,11 +271,15 @@ class DataflowJobs(GcpService):
 
         from gpuflow.quota import quota_regions
 
-        handles = []
-        for region in quota_regions(self.config):
-            jobs = self.clients.dataflow_jobs().list_jobs(request=dataflow_v1beta3.ListJobsRequest(
-                project_id=self.config.project, location=region, filter=dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE))
-            for job in jobs:
-                if job.name.startswith(name_prefixes):
-                    handles.append(self._handle(job.id, job.name, region))
-        return handles
+        async def active(region: str) -> list:
+            pager = await self._async_hook().list_jobs(jobs_filter=dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE,
+                                                       project_id=self.config.project, location=region)
+            return [job async for job in pager]
+
+        return [self._handle(job.id, job.name, region) for region in quota_regions(self.config)
+                for job in asyncio.run(active(region)) if job.name.startswith(name_prefixes)]
+
+    def _async_hook(self):
+        from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
+
+        return AsyncDataflowHook(gcp_conn_id=self.conn_id)

@@ -43,12 +43,12 @@ class DataflowJobStartTrigger(SettlingTrigger):
 
         return AsyncDataflowHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
 
-    async def _poll(self, hook) -> tuple[Any, list[Any], list[Any]]:
+    async def _poll(self, hook) -> tuple[Any, list[Any], list[Any], Any]:
         from google.cloud import dataflow_v1beta3
 
         job = await hook.get_job(job_id=self.job_id, project_id=self.project_id, location=self.location)
         if self.until == "stopped":
-            return job.current_state, [], []
+            return job.current_state, [], [], job.type_
         pager = await hook.list_job_messages(
             job_id=self.job_id, project_id=self.project_id, location=self.location,
             minimum_importance=dataflow_v1beta3.JobMessageImportance.JOB_MESSAGE_DETAILED)
@@ -57,7 +57,7 @@ class DataflowJobStartTrigger(SettlingTrigger):
         async for page in pager.pages:
             messages += page.job_messages
             events += page.autoscaling_events
-        return job.current_state, messages, events
+        return job.current_state, messages, events, job.type_
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
         from gpuflow.platform.dataflow_watch import DataflowStartWatch
@@ -67,7 +67,7 @@ class DataflowJobStartTrigger(SettlingTrigger):
         errors = 0
         while True:
             try:
-                state, messages, events = await self._poll(hook)
+                state, messages, events, job_type = await self._poll(hook)
                 errors = 0
             except Exception as error:  # an API blip is retried; three in a row end the wait with the reason
                 errors += 1
@@ -78,7 +78,7 @@ class DataflowJobStartTrigger(SettlingTrigger):
                                         "message": f"reading Dataflow job {self.job_id} failed: {error}"})
                     return
             else:
-                outcome = watch.observe(state, messages, events, time.monotonic() - started)
+                outcome = watch.observe(state, messages, events, time.monotonic() - started, job_type)
                 if outcome is not None:
                     yield TriggerEvent(outcome.event(job_id=self.job_id))
                     return
