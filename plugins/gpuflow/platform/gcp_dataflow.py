@@ -95,11 +95,15 @@ class DataflowJobs(GcpService):
             proto = self._gcs().download(bucket, blob)
         return from_staged_job(template, proto, image_cuda(self.config))
 
-    def _dataflow_hook(self, drain: bool = False):
+    def _dataflow_hook(self, drain: bool = False, wait: bool = False):
+        """The provider's DataflowHook. ``wait``: its cancel_job waits until the stop has ended (cancel_timeout,
+        polling every poll_sleep); without it the hook only asks, and the cleanup task waits in its trigger."""
         from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
 
-        # cancel_timeout=None: the hook only asks for the stop; the cleanup task waits for it in its trigger.
-        return DataflowHook(gcp_conn_id=self.conn_id, drain_pipeline=drain, cancel_timeout=None)
+        dataflow = self.config.dataflow
+        return DataflowHook(gcp_conn_id=self.conn_id, drain_pipeline=drain,
+                            cancel_timeout=max(1, round(dataflow.stop_timeout_s)) if wait else None,
+                            poll_sleep=dataflow.poll_interval_s)
 
     def start_template(self, template_uri: str, template: dict[str, Any], job_name: str, names: ResourceNames,
                        streaming: bool) -> JobHandle:
@@ -209,6 +213,16 @@ class DataflowJobs(GcpService):
     def request_stop(self, handle: JobHandle, drain: bool | None = None) -> bool:
         """Ask for a cancel or a drain (``drain``, else dataflow.stop_action) with the provider's
         DataflowHook.cancel_job, without waiting; True if the job was still active."""
+        return self._stop(handle, drain, wait=False)
+
+    def stop_pipeline(self, handle: JobHandle) -> bool:
+        """Stop the job and wait until it has (dataflow.stop_timeout_s), both in the provider's
+        DataflowHook(cancel_timeout=…).cancel_job: for on_kill and a start that failed. The cleanup task requests
+        its stops and defers instead."""
+        return self._stop(handle, None, wait=True)
+
+    def _stop(self, handle: JobHandle, drain: bool | None, wait: bool) -> bool:
+        from airflow.exceptions import AirflowException
         from googleapiclient.errors import HttpError
 
         try:
@@ -220,31 +234,17 @@ class DataflowJobs(GcpService):
         if state in TERMINAL_STATES:
             log.info("Dataflow job %s is already %s", handle.id, state)
             return False
-        # A streaming job can drain (the hook drains streaming jobs only); one not yet running can only be cancelled.
+        # The hook drains streaming jobs only; one not yet running can only be cancelled.
         wanted = self.config.dataflow.stop_action == "drain" if drain is None else drain
         drain = wanted and state == "JOB_STATE_RUNNING"
-        self._dataflow_hook(drain=drain).cancel_job(job_id=handle.id, project_id=self.config.project,
-                                                    location=handle.location)
-        log.info("requested the %s of Dataflow job %s (%s)", "drain" if drain else "cancellation", handle.id,
-                 handle.name)
-        return True
-
-    def stop_pipeline(self, handle: JobHandle) -> bool:
-        """Stop the job and wait until it has (dataflow.stop_timeout_s): for on_kill and a start that failed.
-        The cleanup task requests its stops and defers instead."""
-        if not self.request_stop(handle):
-            return False
-
-        def stopped() -> bool:
-            current = self._job_state(handle)
-            log.info("Dataflow job %s: %s", handle.id, current)
-            return current in TERMINAL_STATES
-
+        log.info("requesting the %s of Dataflow job %s (%s)%s", "drain" if drain else "cancellation", handle.id,
+                 handle.name, " and waiting for it" if wait else "")
         try:
-            self._wait(f"stopping Dataflow job {handle.id}", self.config.dataflow.stop_timeout_s, stopped)
-        except TimeoutError:
-            log.warning("Dataflow job %s has not stopped within %.0fs; it is still being stopped", handle.id,
-                        self.config.dataflow.stop_timeout_s)
+            self._dataflow_hook(drain=drain, wait=wait).cancel_job(job_id=handle.id, project_id=self.config.project,
+                                                                   location=handle.location)
+        except AirflowException as error:  # the hook's cancel_timeout passed: the stop goes on without us
+            log.warning("Dataflow job %s has not stopped within %.0fs; it is still being stopped (%s)", handle.id,
+                        self.config.dataflow.stop_timeout_s, error)
         return True
 
     def job_labels(self, handle: JobHandle) -> dict[str, str]:

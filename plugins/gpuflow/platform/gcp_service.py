@@ -1,11 +1,9 @@
 """What every part of the gcp profile shares: the configuration, the Google clients, GCS through the
-provider's hook, and a polling wait."""
+provider's hook."""
 
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.platform.gcp_clients import GcpClients
@@ -25,11 +23,3 @@ class GcpService:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         return GCSHook(gcp_conn_id=self.conn_id)
-
-    def _wait(self, what: str, timeout_s: float, poll: Callable[[], bool]) -> None:
-        """Call ``poll`` until it returns True; it raises on failure and logs its own progress."""
-        deadline = time.monotonic() + timeout_s
-        while not poll():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what} did not finish within {timeout_s:.0f}s")
-            time.sleep(self.config.dataflow.poll_interval_s)

@@ -88,13 +88,14 @@ class DataflowJobStartTrigger(SettlingTrigger):
             await asyncio.sleep(self.poll_interval_s)
 
     async def on_kill(self) -> None:
-        """A user killed the deferred task: cancel the job, so that no GPU keeps billing."""
-        from google.cloud import dataflow_v1beta3
+        """A user killed the deferred task: cancel the job, so that no GPU keeps billing, with the provider's
+        DataflowHook.cancel_job (the async hook has no cancel), off the triggerer's event loop."""
+        from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
+        from asgiref.sync import sync_to_async
 
         if not self.cancel_on_kill:
             return
-        client = await self._hook().initialize_client(dataflow_v1beta3.JobsV1Beta3AsyncClient)
-        await client.update_job(request=dataflow_v1beta3.UpdateJobRequest(
-            project_id=self.project_id, location=self.location, job_id=self.job_id,
-            job=dataflow_v1beta3.Job(requested_state=dataflow_v1beta3.JobState.JOB_STATE_CANCELLED)))
+        hook = DataflowHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain,
+                            cancel_timeout=None)
+        await sync_to_async(hook.cancel_job)(job_id=self.job_id, project_id=self.project_id, location=self.location)
         self.log.info("task killed: requested the cancellation of Dataflow job %s", self.job_id)
