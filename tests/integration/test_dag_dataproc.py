@@ -109,7 +109,7 @@ def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db,
     assert dict(request["batch"].labels) == {"gpuflow-run": run_prefix(DAG_ID, run.run_id)}  # the janitor's proof
     assert fake.deleted == [f"projects/gpuflow-dataproc-test/locations/us-central1/batches/{batch_id}"]
     (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "batch"]
-    assert ti.xcom_pull(task_ids="batch", key="_link_DataprocBatchLink") == (
+    assert ti.xcom_pull(task_ids="batch", key="_link_DataprocConsoleLink") == (
         f"https://console.cloud.google.com/dataproc/batches/us-central1/{batch_id}/monitoring?project=gpuflow-dataproc-test")
 
 

@@ -115,10 +115,10 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
     handle = ti["launch"].xcom_pull(task_ids="launch", key="job_handle")
     assert handle["url"] == f"https://console.cloud.google.com/dataflow/jobs/us-central1/{handle['id']}?project={PROJECT}"
     # The operator extra links Airflow stored for the UI: Dataflow job, Vertex AI job, Cloud Build.
-    assert ti["launch"].xcom_pull(task_ids="launch", key="_link_DataflowJobLink") == handle["url"]
+    assert ti["launch"].xcom_pull(task_ids="launch", key="_link_DataflowConsoleLink") == handle["url"]
     assert "/vertex-ai/locations/us-central1/training/4411" in ti["export_model"].xcom_pull(
-        task_ids="export_model", key="_link_VertexAIJobLink")
-    assert ti["build_container"].xcom_pull(task_ids="build_container", key="_link_CloudBuildLink").endswith(
+        task_ids="export_model", key="_link_VertexAIConsoleLink")
+    assert ti["build_container"].xcom_pull(task_ids="build_container", key="_link_CloudBuildConsoleLink").endswith(
         f"/b7e1c0de?project={PROJECT}")
     cancels = cloud.dataflow.calls("update_job")
     assert [(r.job_id, dataflow_v1beta3.JobState(r.job.requested_state).name) for r in cancels] == [

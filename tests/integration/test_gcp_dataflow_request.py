@@ -115,16 +115,16 @@ def test_an_update_replaces_only_a_running_job_of_that_name(bucket, monkeypatch)
     no such job it fails, as Dataflow refuses it."""
     from googleapiclient.errors import HttpError
 
-    from tests.gcp_fakes import STREAMING_STARTS
+    from tests.gcp_fakes import FLEX, STREAMING_STARTS
 
-    config = gcp_config("model.name=google/flan-t5-large")
+    config = gcp_config("model.name=google/flan-t5-large", *FLEX)  # (no staging: the update request alone)
     names = resource_names(config, "gf-requpd00001")
     fake = FakeGoogleCloud().install(monkeypatch)
     platform = GcpPlatform(config, clients=fake)
     job_name = job_name_for(names, config, "llm-inference")
     with pytest.raises(HttpError) as refused:
         platform.update_pipeline(pipeline_argv(config, names), names, IMAGE, job_name, {})
-    assert refused.value.resp.status == 400 and b"no running job has that name" in refused.value.content
+    assert refused.value.resp.status == 400 and "no running job has that name" in str(refused.value)
 
     old = fake.dataflow.scripted_job(STREAMING_STARTS, name=job_name)
     state = dataflow_v1beta3.JobState

@@ -14,7 +14,7 @@ from gpuflow.operators.base import (
     names_for,
     validated_config,
 )
-from gpuflow.operators.links import DataprocBatchLink
+from gpuflow.operators.links import DataprocConsoleLink
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
     for by its DataprocBatchTrigger (the task defers). ``on_kill``, and the trigger's while deferred, cancel it."""
 
     ui_color = "#d4edda"
-    operator_extra_links = (DataprocBatchLink(),)
+    operator_extra_links = (DataprocConsoleLink(),)
     _config = None
     _operation_name = None
 
@@ -52,7 +52,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
         if config.profile == "local":
             return run_local_batch(config)
         batch_id = batch_id_for(names_for(context, config).prefix)
-        context["ti"].xcom_push(key=DataprocBatchLink.source_key,
+        context["ti"].xcom_push(key=DataprocConsoleLink.source_key,
                                 value=dataproc_batch_url(config.project, config.region, batch_id))
         self._operation_name = create_gcp_batch(config, batch_id, names_for(context, config).prefix,
                                                 lease=(context["dag"].dag_id, context["run_id"]))

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from gpuflow.operators.base import GpuflowStepOperator, event_succeeded, rollout_plan
-from gpuflow.operators.links import DataflowJobLink
+from gpuflow.operators.links import DataflowConsoleLink
 from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _image_of, _pushed_handle
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ class PromoteOperator(GpuflowStepOperator):
     image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote."""
 
     ui_color = "#d4edda"
-    operator_extra_links = (DataflowJobLink(),)
+    operator_extra_links = (DataflowConsoleLink(),)
 
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.deployment import after_replaced_job, promote
@@ -38,7 +38,7 @@ class PromoteOperator(GpuflowStepOperator):
         handle = _pushed_handle(context, self.launch_task_id)
         if handle is None:
             raise AirflowException(f"{self.launch_task_id} pushed no job handle: nothing to promote")
-        context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+        context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
         result = {"deployment": names.deployment, "path": rollout.path, "why": rollout.why,
                   "model_version": names.model_version, "job": handle.to_xcom()}
         draining = promote(config, names, platform, rollout, handle, _image_of(self.image), context["run_id"])

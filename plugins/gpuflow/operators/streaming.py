@@ -18,7 +18,7 @@ from gpuflow.operators.base import (
     rollout_plan,
     validated_config,
 )
-from gpuflow.operators.links import CloudBuildLink, DataflowJobLink, VertexAIJobLink
+from gpuflow.operators.links import CloudBuildConsoleLink, DataflowConsoleLink, VertexAIConsoleLink
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +94,13 @@ class ExportModelOperator(GpuflowStepOperator):
     """Exports the bf16 state_dict; on gcp the Vertex AI job is created, then the task defers until it ends.
     ``on_kill`` (and the trigger's, while deferred) cancels the job."""
 
-    operator_extra_links = (VertexAIJobLink(),)
+    operator_extra_links = (VertexAIConsoleLink(),)
 
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.export import export_model
 
         result = export_model(config, names, platform)
-        self.defer_on_started_job(context, config, platform, result, VertexAIJobLink, config.export.timeout_s)
+        self.defer_on_started_job(context, config, platform, result, VertexAIConsoleLink, config.export.timeout_s)
         return self._exported(config, context, result)
 
     def resume_step(self, config, names, platform, context, event, handle, result):
@@ -127,13 +127,13 @@ class BuildContainerOperator(GpuflowStepOperator):
     """Renders and builds the worker image; on gcp Cloud Build is started, then the task defers until it ends.
     ``on_kill`` (and the trigger's, while deferred) cancels the build."""
 
-    operator_extra_links = (CloudBuildLink(),)
+    operator_extra_links = (CloudBuildConsoleLink(),)
 
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.container import build_container
 
         result = build_container(config, names, platform)
-        self.defer_on_started_job(context, config, platform, result, CloudBuildLink, config.container.build_timeout_s)
+        self.defer_on_started_job(context, config, platform, result, CloudBuildConsoleLink, config.container.build_timeout_s)
         return result
 
     def resume_step(self, config, names, platform, context, event, handle, result):
@@ -186,7 +186,7 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     ``gpu.fallbacks`` is started, each checked by preflight first. ``on_kill`` stops a job not yet deferred on."""
 
     ui_color = "#d4edda"
-    operator_extra_links = (DataflowJobLink(),)
+    operator_extra_links = (DataflowConsoleLink(),)
     batch = False  # the batch DAG's run_batch: a batch job, waited for until it is done
 
     def run_step(self, config, names, platform, context):
@@ -205,11 +205,11 @@ class LaunchPipelineOperator(GpuflowStepOperator):
 
         if rollout.path == "weights":
             handle = roll_out_weights(config, names, platform, rollout)
-            context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+            context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
             return handle.to_xcom()
         handle = update_in_place(config, names, platform, _image_of(self.image), rollout)
         self.remember_job(platform, handle)
-        context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+        context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
         self.defer_on(context, config, platform, handle, "running", placement=1, failures=[], started=time.time())
 
     def _start(self, config, names, context, after: int, failures: list[str]):
@@ -225,7 +225,7 @@ class LaunchPipelineOperator(GpuflowStepOperator):
             raise AirflowFailException(str(error)) from None
         platform = get_platform(placement.config)
         self.remember_job(platform, handle)
-        context["ti"].xcom_push(key=DataflowJobLink.source_key, value=handle.to_xcom())
+        context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
         until, timeout_s = ("done", platform.job_timeout_s("running") + config.batch.job_timeout_s) if self.batch \
             else ("running", None)
         self.defer_on(context, placement.config, platform, handle, until, timeout_s, placement=placement.number,
@@ -248,7 +248,7 @@ class LaunchPipelineOperator(GpuflowStepOperator):
 def _pushed_handle(context: Any, launch_task_id: str):
     from gpuflow.platform import JobHandle
 
-    pushed = context["ti"].xcom_pull(task_ids=launch_task_id, key=DataflowJobLink.source_key)
+    pushed = context["ti"].xcom_pull(task_ids=launch_task_id, key=DataflowConsoleLink.source_key)
     return JobHandle.model_validate(pushed) if pushed else None
 
 
