@@ -200,19 +200,3 @@ def format_quota(readings: list[QuotaReading]) -> str:
         lines.append(f"{r.region:<24} {r.metric:<28} {number(r.limit):>6} {number(r.usage):>6} "
                      f"{number(r.headroom):>6} {r.needed:>6}  {status}")
     return "\n".join(lines)
-
-
-def local_gpu_report(config: GpuflowConfig) -> dict[str, Any]:
-    """What this machine offers: nvidia-smi's listing and torch's view. Says plainly when there is none."""
-    from gpuflow.platform.local import LocalPlatform
-
-    report = LocalPlatform(config).gpu_capacity()
-    try:
-        import torch
-
-        report["torch_cuda_devices"] = torch.cuda.device_count()
-    except ImportError:
-        report["torch_cuda_devices"] = None
-    report["needed"] = config.gpu.count
-    report["enough"] = max(report["count"], report["torch_cuda_devices"] or 0) >= config.gpu.count
-    return report

@@ -1,6 +1,7 @@
 """Dependencies run one way: no gpuflow module imports, at any depth (lazy imports included), one that imports it."""
 
 import ast
+from pathlib import Path
 
 from tests.helpers import ROOT
 
@@ -47,6 +48,33 @@ def test_the_import_graph_has_no_cycle():
     graph = import_graph()
     assert "gpuflow.preflight.gpu_rules" in graph and "gpuflow.gpu_options" in graph["gpuflow.preflight.gpu_rules"]
     assert cycles(graph) == []
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The same imports between packages: gpuflow.platform.gcp and gpuflow.platform.local are gpuflow.platform."""
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if (PLUGINS / Path(*parts[:2])).is_dir() else module
+
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        packages.setdefault(package(module), set()).update(
+            package(target) for target in targets if package(target) != package(module))
+    return packages
+
+
+def test_the_package_graph_has_no_cycle():
+    """A function-level import can hide a loop between packages (quota and platform, preflight and dataproc were)."""
+    packages = package_graph(import_graph())
+    assert {"gpuflow.platform", "gpuflow.preflight", "gpuflow.quota", "gpuflow.dataproc"} <= set(packages)
+    assert cycles(packages) == []
+
+
+def test_a_package_cycle_is_found():
+    graph = {"gpuflow.quota": {"gpuflow.platform.local"}, "gpuflow.platform.gcp": {"gpuflow.quota"},
+             "gpuflow.platform.local": set()}
+    assert cycles(package_graph(graph)) == [["gpuflow.platform", "gpuflow.quota", "gpuflow.platform"]]
 
 
 def test_a_cycle_is_found():

@@ -8,10 +8,10 @@ from gpuflow.quota import (
     format_quota,
     global_gpu_quota,
     gpu_quota,
-    local_gpu_report,
     quota_regions,
     regional_gpu_quota,
 )
+from gpuflow.steps.quota import local_gpu_report
 from tests.gcp_fakes import FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
 
 

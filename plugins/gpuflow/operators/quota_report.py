@@ -18,7 +18,8 @@ class GpuQuotaReportOperator(BaseOperator):
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.quota import compute_clients, format_quota, gpu_quota, local_gpu_report
+        from gpuflow.quota import compute_clients, format_quota, gpu_quota
+        from gpuflow.steps.quota import local_gpu_report
 
         config = config_from_params(context)
         if config.profile == "local":

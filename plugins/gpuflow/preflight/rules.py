@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from gpuflow.config import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
+from gpuflow.preflight.dataproc_rules import dataproc_findings
 from gpuflow.preflight.engine_rules import vllm_engine, vllm_runs_here
 from gpuflow.preflight.findings import Finding, error, warning
 from gpuflow.preflight.gpu_rules import (
@@ -91,12 +92,6 @@ def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
         )
 
 
-def dataproc_batch_rules(config: GpuflowConfig) -> Iterator[Finding]:
-    from gpuflow.dataproc import dataproc_findings
-
-    yield from dataproc_findings(config)
-
-
 def demo_model_is_local_only(config: GpuflowConfig) -> Iterator[Finding]:
     if config.model.name in DEMO_MODELS and config.profile == "gcp":
         yield error("model.name", f"'{config.model.name}' is built on the local machine; the gcp profile exports a "
@@ -135,7 +130,7 @@ CONFIG_RULES: list[Rule] = [
     model_name_resolvable,
     *GPU_RULES,
     *IMAGE_RULES,
-    dataproc_batch_rules,
+    dataproc_findings,
 ]
 
 

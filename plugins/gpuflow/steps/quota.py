@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.platform import Platform
+from gpuflow.platform.local import LocalPlatform
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +49,17 @@ def check_quota(config: GpuflowConfig, platform: Platform) -> dict[str, Any]:
                 "for that metric (IAM & Admin > Quotas), lower worker.max_num_workers, or use another region."
             )
     return capacity
+
+
+def local_gpu_report(config: GpuflowConfig) -> dict[str, Any]:
+    """What this machine offers: nvidia-smi's listing and torch's view. Says plainly when there is none."""
+    report = LocalPlatform(config).gpu_capacity()
+    try:
+        import torch
+
+        report["torch_cuda_devices"] = torch.cuda.device_count()
+    except ImportError:
+        report["torch_cuda_devices"] = None
+    report["needed"] = config.gpu.count
+    report["enough"] = max(report["count"], report["torch_cuda_devices"] or 0) >= config.gpu.count
+    return report
