@@ -1,10 +1,12 @@
-"""Each task's execution_timeout, derived from the configuration's own timeouts.
+"""Each task's execution_timeout, derived from the configuration's own timeouts and what its operator waits for.
 
 The timeouts inside a task (a Dataflow job's start, the export job, the build, the smoke test) end its wait
 with the reason; the execution_timeout is Airflow's backstop above them, so that no task can hang forever.
-It is set when the DAG file is parsed, from the DAG's configuration file (YAML, as the trigger form reads it).
-A run that raises a timeout above what its task allows is refused by preflight (``too_short_for``), with the
-fix: raise it in the configuration file.
+Each operator class declares the wait it does (``waits_for``, a key of ``timeouts_s``), so a task's timeout
+follows its operator, never its task id: a task renamed keeps its wait, and an operator that declares none
+cannot be put in a DAG. It is set when the DAG file is parsed, from the DAG's configuration file (YAML, as the
+trigger form reads it). A run that raises a timeout above what its task allows is refused by preflight
+(``too_short_for``), with the fix: raise it in the configuration file.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 MARGIN_S = 15 * 60
 #: Tasks that wait on nothing the configuration bounds.
 SHORT_S = 15 * 60
-SHORT_TASKS = frozenset({"preflight", "check_quota", "setup", "report"})
+SHORT = "short"
 #: The least a task that waits on a job gets, so that a run naming another configuration file with longer
 #: waits than the DAG's (configs/gcp.example.yaml: a 20-minute smoke test) still fits.
 WAITING_FLOOR_S = 60 * 60
@@ -37,39 +39,36 @@ def _regions(get: Lookup) -> int:
 
 
 def timeouts_s(get: Lookup, spare_fallbacks: int = 0) -> dict[str, float]:
-    """Seconds each task may run, by task id, from the configuration keys ``get`` reads (dotted); with room for
-    ``spare_fallbacks`` more fallback placements (and their regions) than the configuration names."""
+    """Seconds a task may run, by the wait its operator does, from the configuration keys ``get`` reads (dotted);
+    with room for ``spare_fallbacks`` more fallback placements (and their regions) than the configuration names."""
     start = float(get("dataflow.start_timeout_s"))
     local_start = float(get("local.pipeline_start_timeout_s"))
     stop = float(get("dataflow.stop_timeout_s"))
-    every_region_stops = (_regions(get) + spare_fallbacks) * stop + MARGIN_S  # a job in each region, one by one
+    job_starts = _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S)  # each placement in turn
     return {
-        # llm_streaming_inference
-        "preflight": SHORT_S,
-        "check_quota": SHORT_S,
-        "setup": SHORT_S,
-        "export_model": float(get("export.timeout_s")) + MARGIN_S,
-        "build_container": float(get("container.build_timeout_s")) + MARGIN_S,
-        "verify_gpu": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
-        "launch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S),
+        SHORT: SHORT_S,
+        "export": float(get("export.timeout_s")) + MARGIN_S,
+        "build": float(get("container.build_timeout_s")) + MARGIN_S,
+        "job_start": job_starts,
         "smoke_test": max(float(get("smoke_test.timeout_s")), float(get("deployment.rollout_timeout_s")))
         + float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
-        "promote": stop + MARGIN_S,  # the replaced job's drain
-        "cleanup": every_region_stops,
-        # llm_streaming_teardown and gpuflow_janitor: their jobs' stops
-        "teardown": stop + MARGIN_S,
-        "janitor": every_region_stops,
-        # llm_batch_inference (besides the tasks named above): the input's wait, the job's start and its run
-        "wait_for_input": float(get("batch.input_wait_s")) + MARGIN_S,
-        "run_batch": _attempts(get, spare_fallbacks) * (max(start, local_start) + MARGIN_S)
-        + float(get("batch.job_timeout_s")),
+        "job_stop": stop + MARGIN_S,  # one job's drain or cancel (a replaced job, a deployment's)
+        "every_region_stops": (_regions(get) + spare_fallbacks) * stop + MARGIN_S,  # a job in each region, in turn
+        "input": float(get("batch.input_wait_s")) + MARGIN_S,
+        "batch_job": job_starts + float(get("batch.job_timeout_s")),
         "publish": 2 * SHORT_S,  # counts every line again and copies the files within their bucket
-        "check_gpu_usage": float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
-        # gpu_quota_report
-        "report": SHORT_S,
-        # dataproc_gpu_batch
-        "batch": float(get("dataproc.timeout_s")) + MARGIN_S,
+        "gpu_usage": float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,
+        "dataproc_batch": float(get("dataproc.timeout_s")) + MARGIN_S,
     }
+
+
+def waits_for(task: Any) -> str:
+    """The wait a task's operator declares; an operator without one is a mistake, said when the DAG is parsed."""
+    wait = getattr(task, "waits_for", None)
+    if wait is None:
+        raise TypeError(f"{type(task).__name__} (task {task.task_id}) declares no waits_for: name the wait it does, "
+                        "one of gpuflow.task_timeouts.timeouts_s's keys")
+    return wait
 
 
 def apply_task_timeouts(dag: Any) -> None:
@@ -79,9 +78,9 @@ def apply_task_timeouts(dag: Any) -> None:
     values = form_values(dag.dag_id)
     seconds = timeouts_s(values.__getitem__, spare_fallbacks=SPARE_FALLBACKS)
     for task in dag.tasks:
-        needed = seconds.get(task.task_id, SHORT_S)
-        waits = task.task_id in seconds and task.task_id not in SHORT_TASKS
-        task.execution_timeout = timedelta(seconds=max(needed, WAITING_FLOOR_S) if waits else needed)
+        wait = waits_for(task)
+        needed = seconds[wait]
+        task.execution_timeout = timedelta(seconds=needed if wait == SHORT else max(needed, WAITING_FLOOR_S))
 
 
 def config_lookup(config: Any) -> Lookup:
@@ -101,8 +100,7 @@ def config_lookup(config: Any) -> Lookup:
 def too_short_for(config: Any, dag: Any) -> list[str]:
     """What this run's configuration needs beyond its tasks' execution_timeout, one line per task."""
     needed = timeouts_s(config_lookup(config))
-    return [f"{task.task_id} needs up to {needed[task.task_id]:.0f}s but its execution_timeout is "
+    return [f"{task.task_id} needs up to {needed[waits_for(task)]:.0f}s but its execution_timeout is "
             f"{task.execution_timeout.total_seconds():.0f}s"
             for task in dag.tasks
-            if task.task_id in needed and task.execution_timeout is not None
-            and needed[task.task_id] > task.execution_timeout.total_seconds()]
+            if task.execution_timeout is not None and needed[waits_for(task)] > task.execution_timeout.total_seconds()]

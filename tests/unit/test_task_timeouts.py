@@ -39,8 +39,8 @@ def test_fallbacks_lengthen_the_launch_and_the_cleanup():
                          overrides=["gpu.fallbacks=[{region: us-east4}, {type: nvidia-tesla-t4, machine_type: n1-standard-8}]"])
     one = timeouts_s(config_lookup(load_config("configs/gcp.example.yaml")))
     three = timeouts_s(config_lookup(values))
-    assert three["launch"] == 3 * one["launch"]
-    assert three["cleanup"] > one["cleanup"]  # two regions to stop jobs in
+    assert three["job_start"] == 3 * one["job_start"]
+    assert three["every_region_stops"] > one["every_region_stops"]  # two regions to stop jobs in
 
 
 def test_the_shipped_configurations_fit_their_dags_and_a_longer_wait_is_refused():
@@ -54,3 +54,22 @@ def test_the_shipped_configurations_fit_their_dags_and_a_longer_wait_is_refused(
     three_fallbacks = "gpu.fallbacks=[{region: us-east4}, {region: us-west1}, {region: europe-west4}]"
     assert [line.split()[0] for line in too_short_for(load_config(None, overrides=[three_fallbacks]), streaming)] == [
         "verify_gpu", "launch", "cleanup"]
+
+
+def test_a_tasks_timeout_follows_its_operator_not_its_id():
+    """A task renamed keeps its wait; an operator that declares none cannot go into a DAG."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from gpuflow.operators.streaming import ExportModelOperator
+    from gpuflow.task_timeouts import apply_task_timeouts
+
+    with DAG("llm_streaming_inference", schedule=None) as dag:  # the DAG id names the configuration file it reads
+        ExportModelOperator(task_id="fetch_weights")
+    apply_task_timeouts(dag)
+    config = load_config("configs/local.yaml")
+    assert dag.get_task("fetch_weights").execution_timeout.total_seconds() == config.export.timeout_s + MARGIN_S
+    with DAG("llm_streaming_inference", schedule=None) as dag:
+        EmptyOperator(task_id="noop")
+    with pytest.raises(TypeError, match="declares no waits_for"):
+        apply_task_timeouts(dag)

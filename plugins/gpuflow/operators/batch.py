@@ -47,6 +47,8 @@ class WaitForInputOperator(GpuflowStepOperator):
     """Finds the interval's input; when there is none yet, defers up to batch.input_wait_s for it to appear. Still
     none: batch.missing_input skips the run's other tasks, or fails the run."""
 
+    waits_for = "input"  # its execution_timeout: gpuflow.task_timeouts
+
     ui_color = "#fff3cd"
 
     def run_step(self, config, names, platform, context):
@@ -96,12 +98,16 @@ class RunBatchOperator(LaunchPipelineOperator):
     """Starts the batch job on the interval's input (with the streaming launch's fallbacks on an exhausted zone)
     and defers until it is done; it writes into the run's staging folders, which publish moves into place."""
 
+    waits_for = "batch_job"  # its execution_timeout: gpuflow.task_timeouts
+
     batch = True
 
 
 class PublishOutputsOperator(GpuflowStepOperator):
     """Checks that every input line ended answered or dead-lettered, then replaces the date's outputs with the
     run's; the summary (counts, prompts/s, tokens/s) goes to the log, XCom, ``_SUCCESS`` and the Asset event."""
+
+    waits_for = "publish"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#d4edda"
 

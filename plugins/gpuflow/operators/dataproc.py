@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 class DataprocPreflightOperator(BaseOperator):
     """The configuration's rules (the Dataproc ones included); the batch needs no emulator."""
 
+    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -35,6 +37,8 @@ class DataprocPreflightOperator(BaseOperator):
 class DataprocBatchOperator(GpuflowStepOperator):
     """Runs the batch: local Spark here, or Dataproc Serverless, created with the provider's DataprocHook and waited
     for by its DataprocBatchTrigger (the task defers). ``on_kill``, and the trigger's while deferred, cancel it."""
+
+    waits_for = "dataproc_batch"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#d4edda"
     operator_extra_links = (DataprocConsoleLink(),)
@@ -86,6 +90,8 @@ class DataprocBatchOperator(GpuflowStepOperator):
 
 class DataprocCleanupOperator(GpuflowStepOperator):
     """Deletes the run's batch on Dataproc ("not found" is fine); the local profile leaves nothing behind."""
+
+    waits_for = "every_region_stops"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#f8d7da"
 

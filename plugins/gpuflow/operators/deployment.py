@@ -25,6 +25,8 @@ class PromoteOperator(GpuflowStepOperator):
     """The new version answered the smoke test: record it as the deployment's state (the record names its job, its
     image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote."""
 
+    waits_for = "job_stop"  # its execution_timeout: gpuflow.task_timeouts
+
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
 
@@ -59,6 +61,8 @@ class PromoteOperator(GpuflowStepOperator):
 class TeardownOperator(CleanupOperator):
     """Stops a deployment's job (drain or cancel: dataflow.stop_action), deferring while it stops, then deletes
     its subscriptions, topics, model folder and record."""
+
+    waits_for = "job_stop"  # its execution_timeout: gpuflow.task_timeouts
 
     def run_step(self, config, names, platform, context):
         from gpuflow.naming import deployment_name, deployment_prefix

@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 class GpuQuotaReportOperator(BaseOperator):
     """Reads GPU quota headroom (gcp) or local GPUs (local); warns when it is below what inference needs."""
 
+    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:

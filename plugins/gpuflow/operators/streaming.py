@@ -31,6 +31,8 @@ STATE_DICT_ASSET = Asset(name="gpuflow_state_dict")
 class PreflightOperator(BaseOperator):
     """Validate the configuration and the environment; fail before anything is created."""
 
+    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+
     ui_color = "#fff3cd"
     workflow = "inference"  # which of preflight's rule sets apply
 
@@ -63,6 +65,8 @@ class PreflightOperator(BaseOperator):
 
 
 class SetupResourcesOperator(GpuflowStepOperator):
+    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
 
@@ -74,6 +78,8 @@ class SetupResourcesOperator(GpuflowStepOperator):
 
 class QuotaCheckOperator(GpuflowStepOperator):
     """gcp: fail before anything is created when the regional GPU quota cannot cover the workers."""
+
+    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#fff3cd"
 
@@ -93,6 +99,8 @@ class QuotaCheckOperator(GpuflowStepOperator):
 class ExportModelOperator(GpuflowStepOperator):
     """Exports the bf16 state_dict; on gcp the Vertex AI job is created, then the task defers until it ends.
     ``on_kill`` (and the trigger's, while deferred) cancels the job."""
+
+    waits_for = "export"  # its execution_timeout: gpuflow.task_timeouts
 
     operator_extra_links = (VertexAIConsoleLink(),)
 
@@ -127,6 +135,8 @@ class BuildContainerOperator(GpuflowStepOperator):
     """Renders and builds the worker image; on gcp Cloud Build is started, then the task defers until it ends.
     ``on_kill`` (and the trigger's, while deferred) cancels the build."""
 
+    waits_for = "build"  # its execution_timeout: gpuflow.task_timeouts
+
     operator_extra_links = (CloudBuildConsoleLink(),)
 
     def run_step(self, config, names, platform, context):
@@ -154,6 +164,8 @@ def _image_of(build_result: Any) -> str:
 
 class VerifyGpuOperator(GpuflowStepOperator):
     """Starts the GPU check job where the workers run, defers until it is done, then judges its report."""
+
+    waits_for = "job_start"  # its execution_timeout: gpuflow.task_timeouts
 
     def run_step(self, config, names, platform, context):
         if not config.uses_gpu:
@@ -184,6 +196,8 @@ class LaunchPipelineOperator(GpuflowStepOperator):
 
     When the zone has no free GPUs (ZONE_RESOURCE_POOL_EXHAUSTED), the job is stopped and the next of
     ``gpu.fallbacks`` is started, each checked by preflight first. ``on_kill`` stops a job not yet deferred on."""
+
+    waits_for = "job_start"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
@@ -256,6 +270,8 @@ class GpuUsageCheck(GpuflowStepOperator):
     """Checks that a job's GPUs really worked over a window: nvidia-smi here, or Cloud Monitoring on gcp, where the
     task defers until the job's GPU metrics have arrived (they lag). smoke_test.gpu_usage says fail, warn or ignore."""
 
+    waits_for = "gpu_usage"  # its execution_timeout: gpuflow.task_timeouts
+
     def check_usage(self, context, config, platform, handle, window, result: dict[str, Any]) -> dict[str, Any]:
         if not config.uses_gpu:
             usage = {"source": "none", "note": "gpu.type none: CPU workers, no GPU to check"}
@@ -288,6 +304,8 @@ class GpuUsageCheck(GpuflowStepOperator):
 class SmokeTestOperator(GpuUsageCheck):
     """Asks the pipeline questions, then checks that its GPUs really worked over the questions' window."""
 
+    waits_for = "smoke_test"  # its execution_timeout: gpuflow.task_timeouts
+
     def run_step(self, config, names, platform, context):
         from gpuflow.steps.smoke import smoke_test
 
@@ -302,6 +320,8 @@ class CleanupOperator(GpuflowStepOperator):
     """Stops the run's jobs (by handle, and by the run's prefix), deferring while Dataflow stops them, then deletes
     the run's resources. A persistent deployment's run first rolls back what it did not promote, and never stops
     the job the deployment serves on, nor deletes its topics, subscription or model."""
+
+    waits_for = "every_region_stops"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#f8d7da"
 
