@@ -28,13 +28,7 @@ from gpuflow.operators.batch import (
     RunBatchOperator,
     WaitForInputOperator,
 )
-from gpuflow.operators.streaming import (
-    STATE_DICT_ASSET,
-    BuildContainerOperator,
-    ExportModelOperator,
-    QuotaCheckOperator,
-    VerifyGpuOperator,
-)
+from gpuflow.operators.preparation import preparation
 from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import attach_trigger_form, form_values
 
@@ -58,21 +52,16 @@ with DAG(
     config = preflight.output
 
     wait_for_input = WaitForInputOperator(task_id="wait_for_input", config_json=config)
-    check_quota = QuotaCheckOperator(task_id="check_quota", config_json=config)
-    setup = BatchSetupOperator(task_id="setup", config_json=config)
-    export_model = ExportModelOperator(task_id="export_model", config_json=config, outlets=[STATE_DICT_ASSET])
-    build_container = BuildContainerOperator(task_id="build_container", config_json=config)
-    verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output, pool=GPU_POOL)
-    run_batch = RunBatchOperator(task_id="run_batch", config_json=config, image=build_container.output, retries=0,
-                                 pool=GPU_POOL)
+    prepare = preparation(config, setup=BatchSetupOperator)  # check_quota, setup, export_model, build, verify_gpu
+    run_batch = RunBatchOperator(task_id="run_batch", config_json=config, image=prepare.build_container.output,
+                                 retries=0, pool=GPU_POOL)
     publish = PublishOutputsOperator(task_id="publish", config_json=config, launch_task_id="run_batch",
                                      outlets=[BATCH_ANSWERS_ASSET])
     check_gpu_usage = BatchGpuUsageOperator(task_id="check_gpu_usage", config_json=config, launch_task_id="run_batch")
     cleanup = BatchCleanupOperator(task_id="cleanup", config_json=config, launch_task_id="run_batch")
 
-    (preflight >> wait_for_input >> check_quota >> setup >> export_model >> build_container >> verify_gpu
-     >> run_batch >> publish >> check_gpu_usage >> cleanup)
-    cleanup.as_teardown(setups=[setup, run_batch])
+    preflight >> wait_for_input >> prepare.group >> run_batch >> publish >> check_gpu_usage >> cleanup
+    cleanup.as_teardown(setups=[prepare.setup, run_batch])
 
 attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
 apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

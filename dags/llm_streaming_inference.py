@@ -20,18 +20,8 @@ from airflow.sdk import DAG
 
 from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.deployment import PromoteOperator
-from gpuflow.operators.streaming import (
-    STATE_DICT_ASSET,
-    BuildContainerOperator,
-    CleanupOperator,
-    ExportModelOperator,
-    LaunchPipelineOperator,
-    PreflightOperator,
-    QuotaCheckOperator,
-    SetupResourcesOperator,
-    SmokeTestOperator,
-    VerifyGpuOperator,
-)
+from gpuflow.operators.preparation import preparation
+from gpuflow.operators.streaming import CleanupOperator, LaunchPipelineOperator, PreflightOperator, SmokeTestOperator
 from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import attach_trigger_form
 
@@ -49,20 +39,15 @@ with DAG(
     preflight = PreflightOperator(task_id="preflight", retries=0)
     config = preflight.output
 
-    check_quota = QuotaCheckOperator(task_id="check_quota", config_json=config)
-    setup = SetupResourcesOperator(task_id="setup", config_json=config)
-    export_model = ExportModelOperator(task_id="export_model", config_json=config, outlets=[STATE_DICT_ASSET])
-    build_container = BuildContainerOperator(task_id="build_container", config_json=config)
-    verify_gpu = VerifyGpuOperator(task_id="verify_gpu", config_json=config, image=build_container.output, pool=GPU_POOL)
-    launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=build_container.output, retries=0,
-                                    pool=GPU_POOL)
+    prepare = preparation(config)  # check_quota, setup, export_model, build_container, verify_gpu
+    image = prepare.build_container.output
+    launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=image, retries=0, pool=GPU_POOL)
     smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config, launch_task_id="launch")
-    promote = PromoteOperator(task_id="promote", config_json=config, image=build_container.output, retries=0)
+    promote = PromoteOperator(task_id="promote", config_json=config, image=image, retries=0)
     cleanup = CleanupOperator(task_id="cleanup", config_json=config, launch_task_id="launch")
 
-    (preflight >> check_quota >> setup >> export_model >> build_container >> verify_gpu >> launch >> smoke_test
-     >> promote >> cleanup)
-    cleanup.as_teardown(setups=[setup, launch])
+    preflight >> prepare.group >> launch >> smoke_test >> promote >> cleanup
+    cleanup.as_teardown(setups=[prepare.setup, launch])
 
 attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
 apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file
