@@ -2,7 +2,7 @@
 
 Pub/Sub and GCS are the emulators, reached through the provider's hooks and an anonymous connection. Beam's
 DataflowRunner stages every job for real (into the GCS emulator). Vertex AI, Cloud Build, Artifact Registry,
-Compute Engine quotas and Dataflow's Templates/Jobs/Messages services are the fakes of tests/gcp_fakes.py,
+Compute Engine quotas and Dataflow's Templates/Jobs/Messages services are the fakes of tests/gcp_fakes/,
 and the fake Dataflow's "workers" run the real pipeline on the DirectRunner, so the smoke test gets real answers.
 """
 

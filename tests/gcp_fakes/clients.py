@@ -1,0 +1,160 @@
+"""The clients the provider's hooks make, answered by the fakes with the API's own request types; and
+FakeGoogleCloud, which installs them under the hooks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.cloud import aiplatform_v1, dataflow_v1beta3, monitoring_v3
+from google.cloud.dataflow_v1beta3.services.messages_v1_beta3 import pagers
+from google.cloud.devtools import cloudbuild_v1
+
+from tests.gcp_fakes.cloud_build import FakeArtifactRegistry, FakeCloudBuild
+from tests.gcp_fakes.compute import FakeAcceleratorTypesClient, FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
+from tests.gcp_fakes.dataflow import FakeDataflow, FakeDataflowRest
+from tests.gcp_fakes.monitoring import FakeMonitoring
+from tests.gcp_fakes.vertex import FakeVertex
+
+JobState = dataflow_v1beta3.JobState
+Importance = dataflow_v1beta3.JobMessageImportance
+
+
+#: The requests each fake answers, by method: what the real GAPIC client turns a dict request into.
+DATAFLOW_REQUESTS = {"get_job": dataflow_v1beta3.GetJobRequest, "update_job": dataflow_v1beta3.UpdateJobRequest,
+                     "list_jobs": dataflow_v1beta3.ListJobsRequest,
+                     "list_job_messages": dataflow_v1beta3.ListJobMessagesRequest}
+VERTEX_REQUESTS = {"create_custom_job": aiplatform_v1.CreateCustomJobRequest,
+                   "get_custom_job": aiplatform_v1.GetCustomJobRequest,
+                   "cancel_custom_job": aiplatform_v1.CancelCustomJobRequest}
+CLOUD_BUILD_REQUESTS = {"create_build": cloudbuild_v1.CreateBuildRequest, "get_build": cloudbuild_v1.GetBuildRequest,
+                        "cancel_build": cloudbuild_v1.CancelBuildRequest}
+
+
+class TypedClient:
+    """A fake in place of the GAPIC client a provider hook makes, so that the hook's own code runs.
+
+    A dict request becomes the API's request type, as the real client does; anything else (a wrong type)
+    reaches the fake, which refuses it. Unknown attributes (path helpers such as ``custom_job_path``) come from
+    the real client class, and a method the fake does not answer fails the test."""
+
+    def __init__(self, fake: Any, requests: dict[str, type], real_class: type):
+        missing = [method for method in requests if not callable(getattr(real_class, method, None))]
+        assert not missing, f"{real_class.__name__} has no {missing}"  # answer only what the real client has
+        self._fake, self._requests, self._real_class = fake, requests, real_class
+
+    def _typed(self, method: str, request: Any) -> Any:
+        request_type = self._requests[method]
+        return request_type(request) if isinstance(request, dict) else request
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._requests:
+            return getattr(self._real_class, name)
+
+        def call(request=None, **_options):
+            return getattr(self._fake, name)(self._typed(name, request))
+
+        return call
+
+
+class AsyncTypedClient(TypedClient):
+    """The async twin of TypedClient, for the provider's async hooks in triggers (pagers become async pagers)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._requests:
+            return getattr(self._real_class, name)
+
+        async def call(request=None, **_options):
+            answer = getattr(self._fake, name)(self._typed(name, request))
+            if isinstance(answer, pagers.ListJobMessagesPager):
+                async def no_next_page(request, **kwargs):
+                    raise AssertionError("one page only: the response has no next_page_token")
+
+                return pagers.ListJobMessagesAsyncPager(method=no_next_page, request=answer._request,
+                                                        response=answer._response)
+            if isinstance(answer, list):  # a one-page listing, iterated as the async pager is
+                return _AsyncItems(answer)
+            return answer
+
+        return call
+
+
+class _AsyncItems:
+    def __init__(self, items: list):
+        self.items = items
+
+    async def __aiter__(self):
+        for item in self.items:
+            yield item
+
+
+class FakeGoogleCloud:
+    """Google Cloud's control planes, installed at the client boundary.
+
+    It stands in for gpuflow.platform.gcp_clients.GcpClients (the clients gpuflow makes itself), and sits under
+    the provider's hooks that gpuflow calls (CustomJobHook, CloudBuildHook, DataflowHook, AsyncDataflowHook,
+    CustomJobAsyncHook, CloudBuildAsyncHook), in place of the clients they make, so the hooks' and triggers' own
+    code runs."""
+
+    def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
+                 projects=None, accelerator_types=None, cloud_quotas=None):
+        self.registry = registry or FakeArtifactRegistry()
+        self.metrics = monitoring or FakeMonitoring()
+        self.dataflow = dataflow or FakeDataflow()
+        self.vertex = vertex or FakeVertex()
+        self.build = build or FakeCloudBuild(self.registry)
+        self.projects = projects or FakeProjectsClient()
+        self.accelerator_types = accelerator_types or FakeAcceleratorTypesClient()
+        self.cloud_quotas = cloud_quotas or FakeCloudQuotas()
+        self.chain: list[str] = []  # the connection's impersonation_chain
+        self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
+                                                     "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
+
+    def install(self, monkeypatch) -> FakeGoogleCloud:
+        from airflow.providers.google.cloud.hooks import cloud_build
+        from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook, DataflowHook
+        from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobAsyncHook, CustomJobHook
+        from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobServiceClient
+
+        cloud = self
+        monkeypatch.setattr("gpuflow.platform.gcp_service.GcpClients", lambda conn_id: self)
+        monkeypatch.setattr(CustomJobHook, "get_job_service_client",
+                            lambda hook, region=None: TypedClient(cloud.vertex, VERTEX_REQUESTS, JobServiceClient))
+
+        async def vertex_async(hook, region=None):
+            return AsyncTypedClient(cloud.vertex, VERTEX_REQUESTS, JobServiceAsyncClient)
+
+        async def dataflow_async(hook, client_class):  # each Dataflow client answers its own methods only
+            return AsyncTypedClient(cloud.dataflow, {method: request for method, request in DATAFLOW_REQUESTS.items()
+                                                     if hasattr(client_class, method)}, client_class)
+
+        monkeypatch.setattr(CustomJobAsyncHook, "get_job_service_client", vertex_async)
+        monkeypatch.setattr(DataflowHook, "get_conn", lambda hook: FakeDataflowRest(cloud.dataflow))
+        monkeypatch.setattr(AsyncDataflowHook, "initialize_client", dataflow_async)
+        monkeypatch.setattr(cloud_build.CloudBuildHook, "get_conn", lambda hook, location="global": TypedClient(
+            cloud.build, CLOUD_BUILD_REQUESTS, cloudbuild_v1.CloudBuildClient))
+        monkeypatch.setattr(cloud_build, "CloudBuildAsyncClient", lambda **kwargs: AsyncTypedClient(
+            cloud.build, CLOUD_BUILD_REQUESTS, cloudbuild_v1.CloudBuildAsyncClient))
+        return self
+
+    def credentials_for_subprocess(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def artifact_registry(self):
+        return self.registry
+
+    def compute(self):
+        from gpuflow.quota import ComputeClients
+
+        return ComputeClients(self.regions, self.projects, self.accelerator_types, self.cloud_quotas)
+
+    def compute_accelerator_types(self):
+        return self.accelerator_types
+
+    def impersonation_chain(self):
+        return list(self.chain)
+
+    def monitoring_async(self):
+        return AsyncTypedClient(self.metrics, {"list_time_series": monitoring_v3.ListTimeSeriesRequest},
+                                monitoring_v3.MetricServiceAsyncClient)

@@ -1,0 +1,59 @@
+"""Cloud Build and Artifact Registry: a build records its image as a tag."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from google.api_core.exceptions import NotFound
+from google.cloud import artifactregistry_v1, dataflow_v1beta3
+from google.cloud.devtools import cloudbuild_v1
+
+JobState = dataflow_v1beta3.JobState
+Importance = dataflow_v1beta3.JobMessageImportance
+
+
+class FakeCloudBuild:
+    """Cloud Build: QUEUED, WORKING, then SUCCESS (the tag then exists in the fake registry) or FAILURE."""
+
+    def __init__(self, registry: FakeArtifactRegistry, fail_with: str = ""):
+        self.registry, self.fail_with = registry, fail_with
+        self.requests: list[tuple[str, Any]] = []
+        self.statuses: list[Any] = []
+
+    def create_build(self, request):
+        assert isinstance(request, cloudbuild_v1.CreateBuildRequest)
+        self.requests.append(("create_build", request))
+        status = cloudbuild_v1.Build.Status
+        self.statuses = [status.QUEUED, status.WORKING, status.FAILURE if self.fail_with else status.SUCCESS]
+        return SimpleNamespace(metadata=cloudbuild_v1.BuildOperationMetadata(
+            build=cloudbuild_v1.Build(id="b7e1c0de", status=status.QUEUED)))
+
+    def get_build(self, request):
+        assert isinstance(request, cloudbuild_v1.GetBuildRequest)
+        self.requests.append(("get_build", request))
+        state = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        if state == cloudbuild_v1.Build.Status.SUCCESS:
+            (create,) = [r for n, r in self.requests if n == "create_build"][-1:]
+            self.registry.tags.update(create.build.images)
+        return cloudbuild_v1.Build(id=request.id, status=state, status_detail=self.fail_with,
+                                   log_url="https://console.cloud.google.com/cloud-build/builds/b7e1c0de")
+
+    def cancel_build(self, request):
+        assert isinstance(request, cloudbuild_v1.CancelBuildRequest)
+        self.requests.append(("cancel_build", request))
+
+
+class FakeArtifactRegistry:
+    def __init__(self):
+        self.tags: set[str] = set()  # image URIs with their tag
+        self.requests: list[Any] = []
+
+    def get_tag(self, request):
+        assert isinstance(request, artifactregistry_v1.GetTagRequest)
+        self.requests.append(request)
+        parts = request.name.split("/")  # projects/P/locations/L/repositories/R/packages/PKG/tags/T
+        image = f"{parts[3]}-docker.pkg.dev/{parts[1]}/{parts[5]}/{parts[7].replace('%2F', '/')}:{parts[9]}"
+        if image not in self.tags:
+            raise NotFound(f"Requested entity was not found: {request.name}")
+        return artifactregistry_v1.Tag(name=request.name)
