@@ -3,6 +3,7 @@
 import os
 import signal
 import sys
+import time
 
 from gpuflow.platform.local import spawn_logged
 
@@ -15,11 +16,16 @@ def test_a_spawned_job_reads_no_stdin_runs_in_its_own_group_and_inherits_no_desc
     saved_stdin = os.dup(0)
     os.dup2(read_end, 0)
     try:
-        pid = spawn_logged([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "job.log")
+        pid = spawn_logged([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+                           tmp_path / "job.log")
     finally:
         os.dup2(saved_stdin, 0)
         os.close(saved_stdin)
     try:
+        # The interpreter opens files while it starts; its descriptors are read once it has started its work.
+        deadline = time.monotonic() + 20
+        while "ready" not in (tmp_path / "job.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
         assert sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd")) == [0, 1, 2]  # the log is 1 and 2
         assert os.readlink(f"/proc/{pid}/fd/1") == str(tmp_path / "job.log")
