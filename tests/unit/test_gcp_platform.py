@@ -99,7 +99,7 @@ def test_cleanup_finds_the_runs_active_jobs_in_every_region_it_may_have_used(mon
 
 def test_fallback_jobs_get_names_of_their_own():
     config = gcp_test_config("gpu.fallbacks=[{region: us-east4, type: nvidia-tesla-t4, machine_type: n1-standard-8}]")
-    from gpuflow.troubleshoot import fallback_configs
+    from gpuflow.placements import fallback_configs
 
     names = resource_names(config, "gf-0123456789")
     assert [job_name_for(names, c, "llm-inference") for c in [config, *fallback_configs(config)]] == [

@@ -3,7 +3,8 @@
 import pytest
 
 from gpuflow.config import load_config
-from gpuflow.troubleshoot import FallbacksExhausted, classify, next_placement, worth_a_fallback
+from gpuflow.placements import FallbacksExhausted, next_placement, worth_a_fallback
+from gpuflow.troubleshoot import classify
 
 REAL_ERRORS = {
     "ZONE_RESOURCE_POOL_EXHAUSTED": (

@@ -227,10 +227,10 @@ class LaunchPipelineOperator(GpuflowStepOperator):
         self.defer_on(context, config, platform, handle, "running", placement=1, failures=[], started=time.time())
 
     def _start(self, config, names, context, after: int, failures: list[str]):
+        from gpuflow.placements import FallbacksExhausted
         from gpuflow.platform import get_platform
         from gpuflow.steps.launch import start_next_placement
         from gpuflow.steps.quota import QuotaTooLow
-        from gpuflow.troubleshoot import FallbacksExhausted
 
         try:
             placement, handle = start_next_placement(config, names, _image_of(self.image), after, failures,

@@ -8,8 +8,8 @@ import logging
 from gpuflow.config import GpuflowConfig
 from gpuflow.gpu_options import accelerator_hint, right_fitting
 from gpuflow.naming import ResourceNames
+from gpuflow.placements import Placement, fallback_configs, next_placement, worth_a_fallback
 from gpuflow.platform import JobHandle
-from gpuflow.troubleshoot import Placement, fallback_configs, next_placement, worth_a_fallback
 
 log = logging.getLogger(__name__)
 
