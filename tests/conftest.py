@@ -46,7 +46,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def local_config():
     """The local profile on emulator ports of this session's own, so no other run's emulators are shared."""
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
 
     return load_config(None, overrides=[
         f"local.state_dir={TEST_STATE_DIR}",

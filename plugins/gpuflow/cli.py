@@ -12,7 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuflow.config import ConfigError, load_config
+from gpuflow.config import ConfigError
+from gpuflow.config_loading import load_config
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -159,8 +160,8 @@ def cmd_params_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_config_reference(args: argparse.Namespace) -> int:
-    from gpuflow.config import PROJECT_ROOT
     from gpuflow.config_docs import configuration_reference, readme_with_reference
+    from gpuflow.paths import PROJECT_ROOT
 
     text = configuration_reference()
     if args.write:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpuflow.config import PROJECT_ROOT
+from gpuflow.paths import PROJECT_ROOT
 
 #: Project folders copied into the bucket's data/ folder.
 DATA_FOLDERS = ("beam_jobs", "configs", "docker", "spark_jobs")

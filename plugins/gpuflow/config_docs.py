@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from gpuflow.config import PARAM_SEPARATOR, ConfigError, DataprocConfig, GpuflowConfig
+from gpuflow.config import ConfigError, DataprocConfig, GpuflowConfig
+from gpuflow.config_loading import PARAM_SEPARATOR
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuflow import catalog
-from gpuflow.config import ConfigError, GpuflowConfig, beam_jobs_dir, project_path
+from gpuflow.config import ConfigError, GpuflowConfig
+from gpuflow.config_loading import beam_jobs_dir
 from gpuflow.image_locks import Lock, lock_path, read_lock
+from gpuflow.paths import project_path
 
 RECIPES_DIR = project_path("docker")
 BEAM_BOOT = "/opt/apache/beam/boot"

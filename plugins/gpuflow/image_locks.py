@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuflow import catalog
-from gpuflow.config import project_path
+from gpuflow.paths import project_path
 
 LOCKS_DIR = project_path("docker") / "locks"
 #: The platform every image runs on: Dataflow's workers and Vertex AI's machines are Linux x86_64. manylinux_2_28

@@ -54,7 +54,7 @@ FLEX = ("launch.mode=flex_template", "container.flex_launcher_tag=20260101_RC00"
 
 def gcp_test_config(*overrides: str):
     """configs/gcp.example.yaml in the test project, polling at once: the unit tests' gcp configuration."""
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
     from tests.helpers import GCP_TEST_PROJECT
 
     return load_config("configs/gcp.example.yaml", overrides=[

@@ -8,7 +8,7 @@ import pendulum
 from airflow.utils.state import DagRunState, TaskInstanceState
 
 from gpuflow.batch_paths import fill_batch_paths
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import run_prefix
 from tests.gcp_fakes import BATCH_SUCCEEDS, ZONE_EXHAUSTED, FakeDataflow, FakeGoogleCloud, FakeVertex, FakeWorkers
 from tests.helpers import GCP_TEST_PROJECT

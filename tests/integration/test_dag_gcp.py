@@ -13,7 +13,7 @@ from airflow.utils.state import DagRunState, TaskInstanceState
 from google.cloud import aiplatform_v1, dataflow_v1beta3
 from google.cloud.devtools import cloudbuild_v1
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names, run_prefix
 from gpuflow.steps.resources import list_run_resources
 from tests.gcp_fakes import (

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.containers import image_cuda
 from gpuflow.dataflow_constraints import CONSTRAINTS, DataflowRequestRejected, enforce, violations
 from gpuflow.dataflow_request import from_flex_launch, from_staged_job, with_template_launch

@@ -8,7 +8,7 @@ import os
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
 from gpuflow.platform.gcp import GcpPlatform

@@ -176,7 +176,7 @@ def record(local_config) -> dict | None:
 
 
 def version_of(run) -> str:
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
 
     config = load_config(None, run.conf)
     return resource_names(config, run_prefix("llm_streaming_inference", run.run_id)).model_version

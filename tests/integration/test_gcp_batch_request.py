@@ -12,7 +12,7 @@ import pytest
 from google.cloud import dataflow_v1beta3
 
 from gpuflow.batch_paths import fill_batch_paths
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform.dataflow_options import job_name_for
 from gpuflow.platform.gcp import GcpPlatform

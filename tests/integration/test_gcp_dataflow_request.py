@@ -8,7 +8,7 @@ The launch call that follows goes to the fake Templates service, which checks it
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.dataflow_constraints import violations
 from gpuflow.naming import resource_names
 from gpuflow.platform.dataflow_options import job_name_for

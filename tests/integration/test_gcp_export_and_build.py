@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
 from gpuflow.platform.gcp import GcpPlatform

@@ -13,7 +13,7 @@ import sys
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.dataflow_constraints import violations
 from gpuflow.naming import resource_names
 from gpuflow.platform.dataflow_options import flex_parameters, job_name_for

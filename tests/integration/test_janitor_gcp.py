@@ -5,7 +5,7 @@ deleted) is found and removed exactly; a recorded deployment's topics and job st
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import deployment_prefix, resource_names
 from gpuflow.platform import JobHandle
 from gpuflow.platform.gcp import GcpPlatform

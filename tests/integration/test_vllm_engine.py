@@ -8,7 +8,7 @@ import pytest
 
 import llm_handlers
 import llm_inference
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names
 from gpuflow.preflight import run_preflight
 from gpuflow.steps.launch import pipeline_argv

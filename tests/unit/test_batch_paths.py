@@ -3,7 +3,8 @@
 import pytest
 
 from gpuflow.batch_paths import date_fields, fill_batch_paths, staging_folder
-from gpuflow.config import ConfigError, load_config
+from gpuflow.config import ConfigError
+from gpuflow.config_loading import load_config
 from gpuflow.platform.files import count_lines_in
 from gpuflow.preflight import run_preflight
 

@@ -3,7 +3,7 @@
 import pytest
 
 from gpuflow import catalog
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.gpu_options import kv_cache_gb, model_memory_gb
 from gpuflow.preflight import run_preflight
 

@@ -68,7 +68,7 @@ def test_dataproc_example_passes_and_six_l4_cores_fail():
 def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch):
     import shlex
 
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
     from gpuflow.naming import resource_names, run_prefix
     from gpuflow.platform import gcp as gcp_platform
     from gpuflow.steps.launch import pipeline_argv
@@ -102,7 +102,7 @@ def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch
 
 
 def test_the_staging_acts_as_the_connections_impersonated_account(monkeypatch):
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
     from gpuflow.naming import resource_names
     from gpuflow.platform.gcp import GcpPlatform
     from gpuflow.steps.launch import pipeline_argv

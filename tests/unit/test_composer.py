@@ -51,7 +51,7 @@ def test_the_dags_load_and_find_their_files_from_composers_layout(tmp_path):
 import json
 from airflow.dag_processing.dagbag import DagBag
 import gpuflow
-from gpuflow.config import beam_jobs_dir, load_config
+from gpuflow.config_loading import beam_jobs_dir, load_config
 from gpuflow.containers import RECIPES_DIR, render_recipe
 bag = DagBag({str(gcs / 'dags')!r})
 config = load_config("configs/gcp.example.yaml")

@@ -2,8 +2,9 @@
 
 import json
 
-from gpuflow.config import PROJECT_ROOT, param_key_to_dotted
 from gpuflow.config_docs import configuration_reference, params_json_schema, readme_with_reference
+from gpuflow.config_loading import param_key_to_dotted
+from gpuflow.paths import PROJECT_ROOT
 from gpuflow.trigger_form import PARAMS_SCHEMA_FILE
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from gpuflow.config import ConfigError, load_config
+from gpuflow.config import ConfigError
+from gpuflow.config_loading import load_config
 from gpuflow.containers import (
     LOCK_IN_CONTEXT,
     check_dockerfile,

@@ -3,7 +3,7 @@
 import pytest
 from google.cloud import dataproc_v1
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.dataproc import build_batch, memory_split
 from gpuflow.preflight import run_preflight
 from gpuflow.troubleshoot import classify

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from google.api_core.exceptions import NotFound
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.operators.dataproc import DataprocBatchOperator
 from gpuflow.steps.dataproc_batch import delete_gcp_batch
 

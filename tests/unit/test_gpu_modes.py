@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from google.cloud import monitoring_v3
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
 from gpuflow.platform.dataflow_options import dataflow_options, experiments, flex_parameters, service_options

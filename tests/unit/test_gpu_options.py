@@ -1,6 +1,6 @@
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.gpu_options import AcceleratorOptionError, parse_worker_accelerator, worker_accelerator
 
 

@@ -3,7 +3,7 @@ and the finding disappears when the rule is taken out of the rule list."""
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.preflight import rules as rules_module
 from gpuflow.preflight import run_preflight
 from gpuflow.preflight.gpu_rules import GPU_RULES

@@ -62,7 +62,7 @@ def test_transformers_refuses_a_torch_below_its_floor_that_pip_check_lets_throug
 
 
 def test_the_export_lock_loads_models_on_the_export_images_own_torch_and_python():
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
 
     image = load_config(None).export.container_image
     torch, python = catalog.export_image_versions(image)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.image_locks import Lock
 from gpuflow.preflight import image_rules, run_preflight
 from gpuflow.preflight import rules as rules_module

@@ -1,7 +1,7 @@
 """The launch step moves on to the next placement on an exhausted zone, and only then; the job that did not start
 is stopped either way."""
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names
 from gpuflow.platform import JobHandle
 from gpuflow.steps import launch as launch_step

@@ -23,7 +23,7 @@ def test_configured_bucket_is_shared_and_only_the_prefix_is_the_runs():
 
 
 def test_a_persistent_run_serves_on_its_deployments_topics_and_owns_only_its_smoke_subscriptions():
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
     from gpuflow.naming import resource_names
 
     for profile, job_subscription in (("gcp", "gfd-chat-prompts-sub"), ("local", "gfd-chat-prompts-sub-0123456789")):

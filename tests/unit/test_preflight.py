@@ -3,7 +3,7 @@ from importlib import metadata
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.preflight import format_findings, has_errors, run_preflight
 from gpuflow.preflight.rules import CONFIG_RULES, launch_environment_matches_container
 

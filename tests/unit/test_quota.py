@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.quota import (
     ComputeClients,
     format_quota,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.rollout import DeploymentRecord, job_options, plan_rollout, pointer_name
 
 IMAGE = "us-central1-docker.pkg.dev/p/gpuflow/l4:1"

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.task_timeouts import MARGIN_S, SHORT_S, WAITING_FLOOR_S, config_lookup, timeouts_s, too_short_for
 from tests.helpers import ROOT
 

@@ -5,7 +5,7 @@ import pytest
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamValidationError
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.trigger_form import LAYOUTS, RUN_SECTION, SECTIONS, FormLayout, dag_params, run_settings, settings_lines
 
 DAG_IDS = sorted(LAYOUTS)
@@ -109,7 +109,7 @@ def test_clearing_a_field_the_file_sets_clears_it(tmp_path, monkeypatch):
                                    "null", "", " padded", "a: b", "[x", "#x", "us-docker.pkg.dev/v/t:latest", 8, 1.5,
                                    True, None, ["a", "b"], {"k": 1}])
 def test_every_value_reads_back_from_its_line_as_itself(value):
-    from gpuflow.config import parse_override
+    from gpuflow.config_loading import parse_override
     from gpuflow.trigger_form import format_value
 
     # parse_override keeps a float's text (pydantic reads it), so that "3.10" stays a string.

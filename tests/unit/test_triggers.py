@@ -14,7 +14,7 @@ import pytest
 from google.cloud import aiplatform_v1, dataflow_v1beta3
 from google.cloud.devtools import cloudbuild_v1
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.emulators import process_alive
 from gpuflow.platform import JobHandle
 from gpuflow.platform.local import PIPELINE_RUNNING_MARKER, is_gpuflow_process, spawn_logged

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuflow.config import load_config
+from gpuflow.config_loading import load_config
 from gpuflow.placements import FallbacksExhausted, next_placement, worth_a_fallback
 from gpuflow.troubleshoot import classify
 

@@ -26,7 +26,8 @@ GPU_POOL = "gpuflow_gpu"
 
 def config_from_params(context: Any):
     """The run's configuration: its config file, then its Params. A bad one fails the task without retries."""
-    from gpuflow.config import ConfigError, load_config
+    from gpuflow.config import ConfigError
+    from gpuflow.config_loading import load_config
 
     config_file, changed, lines = run_settings(context["dag"].dag_id, dict(context["params"]))
     try:
@@ -106,7 +107,7 @@ class GpuflowStepOperator(BaseOperator):
         self.launch_task_id = launch_task_id  # cleanup: where the job handle was pushed
 
     def _in_platform(self, context: Any, step: Any, **kwargs: Any) -> Any:
-        from gpuflow.config import config_from_json
+        from gpuflow.config_loading import config_from_json
         from gpuflow.platform import get_platform
 
         config = config_from_json(self.config_json)

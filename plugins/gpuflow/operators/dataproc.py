@@ -46,7 +46,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
     _operation_name = None
 
     def execute(self, context: Any) -> Any:
-        from gpuflow.config import config_from_json
+        from gpuflow.config_loading import config_from_json
         from gpuflow.dataproc import batch_id_for
         from gpuflow.platform.console import dataproc_batch_url
         from gpuflow.steps.dataproc_batch import create_gcp_batch, run_local_batch
@@ -68,7 +68,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
             polling_interval_seconds=config.dataproc.poll_interval_s, timeout_s=config.dataproc.timeout_s))
 
     def batch_ended(self, context: Any, event: dict[str, Any]) -> Any:
-        from gpuflow.config import config_from_json
+        from gpuflow.config_loading import config_from_json
         from gpuflow.dataproc import batch_id_for
         from gpuflow.steps.dataproc_batch import BatchFailed, finished_gcp_batch
 
@@ -96,7 +96,7 @@ class DataprocCleanupOperator(GpuflowStepOperator):
     ui_color = "#f8d7da"
 
     def execute(self, context: Any) -> Any:
-        from gpuflow.config import config_from_json
+        from gpuflow.config_loading import config_from_json
         from gpuflow.dataproc import batch_id_for
         from gpuflow.steps.dataproc_batch import delete_gcp_batch
 

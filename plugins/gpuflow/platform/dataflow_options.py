@@ -6,7 +6,8 @@ import re
 import sys
 from typing import Any
 
-from gpuflow.config import GpuflowConfig, beam_jobs_dir
+from gpuflow.config import GpuflowConfig
+from gpuflow.config_loading import beam_jobs_dir
 from gpuflow.gpu_options import pipeline_machine_type, right_fitting
 from gpuflow.naming import ResourceNames
 

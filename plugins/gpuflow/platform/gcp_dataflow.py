@@ -26,7 +26,7 @@ import logging
 import sys
 from typing import Any
 
-from gpuflow.config import beam_jobs_dir
+from gpuflow.config_loading import beam_jobs_dir
 from gpuflow.containers import image_cuda
 from gpuflow.dataflow_constraints import enforce
 from gpuflow.dataflow_request import DataflowRequest, from_flex_launch, from_staged_job, with_template_launch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from gpuflow import catalog
-from gpuflow.config import beam_jobs_dir
+from gpuflow.config_loading import beam_jobs_dir
 from gpuflow.containers import EXPORT_LOCK
 from gpuflow.image_locks import lock_path
 from gpuflow.naming import ResourceNames

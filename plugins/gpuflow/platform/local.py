@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import DEMO_MODELS, GpuflowConfig, beam_jobs_dir
+from gpuflow.config import DEMO_MODELS, GpuflowConfig
+from gpuflow.config_loading import beam_jobs_dir
 from gpuflow.emulators import LOCAL_CONN_ID, emulator_env, emulator_environment, process_alive, stop_process_group
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import ImageBuildResult, JobHandle

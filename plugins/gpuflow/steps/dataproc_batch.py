@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import GpuflowConfig, project_path
+from gpuflow.config import GpuflowConfig
+from gpuflow.paths import project_path
 
 log = logging.getLogger(__name__)
 

@@ -174,7 +174,7 @@ def rolled_back_update(current: DeploymentRecord, planned: DeploymentRecord) -> 
 
 def restored_config(config: GpuflowConfig, record: DeploymentRecord) -> GpuflowConfig:
     """The configuration with the recorded job's options put back (an update's rollback)."""
-    from gpuflow.config import load_config
+    from gpuflow.config_loading import load_config
 
     dumped = config.model_dump(mode="json")
     for key, value in record.options.items():
