@@ -134,8 +134,8 @@ def lock_problems(lock: Lock, cuda_label: int | None, image_torch: str | None = 
     problems += transformers_problems(lock, image_torch)
     if lock.unhashed:
         problems.append(f"lock {lock.name} pins without a hash: {', '.join(lock.unhashed)}. Fix: run `make lock`.")
-    if lock.beam is not None:
-        stale = {pkg: version for pkg, version in input_pins(lock.name, lock.beam).items()
+    if input_path(lock.name).exists():
+        stale = {pkg: version for pkg, version in input_pins(lock.name, lock.beam or "").items()
                  if lock.packages.get(pkg) != version}
         if stale:
             problems.append(f"lock {lock.name} is older than {input_path(lock.name).name} ({stale}). Fix: run "

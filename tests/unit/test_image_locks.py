@@ -84,6 +84,8 @@ def test_a_lock_without_hashes_or_older_than_its_input_is_refused():
     assert "pins without a hash: safetensors" in " ".join(lock_problems(parse_lock("cuda12", unhashed), 12))
     stale = text.replace("transformers==5.24.0", "transformers==5.23.0")
     assert any("older than cuda12.in" in p for p in lock_problems(parse_lock("cuda12", stale), 12))
+    export = lock_path(EXPORT_LOCK).read_text().replace("transformers==4.57.6", "transformers==4.57.5")
+    assert any("older than export.in" in p for p in lock_problems(parse_lock(EXPORT_LOCK, export), None))
 
 
 def test_the_readme_recipe_table_is_the_one_the_locks_give():

@@ -242,9 +242,9 @@ class DataflowJobs(GcpService):
         try:
             self._dataflow_hook(drain=drain, wait=wait).cancel_job(job_id=handle.id, project_id=self.config.project,
                                                                    location=handle.location)
-        except AirflowException as error:  # the hook's cancel_timeout passed: the stop goes on without us
-            log.warning("Dataflow job %s has not stopped within %.0fs; it is still being stopped (%s)", handle.id,
-                        self.config.dataflow.stop_timeout_s, error)
+        except AirflowException as error:  # its cancel_timeout passed, or the job ended another way while it waited
+            log.warning("Dataflow job %s: the stop was asked for, and did not end as a stop within %.0fs: %s",
+                        handle.id, self.config.dataflow.stop_timeout_s, error)
         return True
 
     def job_labels(self, handle: JobHandle) -> dict[str, str]:
