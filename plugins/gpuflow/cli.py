@@ -81,7 +81,7 @@ def cmd_images(args: argparse.Namespace) -> int:
         for name, (python, beam) in targets.items():
             print(f"{image_locks.compile_lock(name, python, beam)}: Python {python}" + (f", Beam {beam}" if beam else ""))
         return 0
-    labels = {recipe_metadata(recipe).lock: recipe_metadata(recipe) for recipe in recipe_names()}
+    labels = {meta.lock: meta for meta in map(recipe_metadata, recipe_names())}
     failed = False
     for name in targets:
         lock = image_locks.read_lock(name)

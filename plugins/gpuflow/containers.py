@@ -61,9 +61,8 @@ def image_cuda(config: GpuflowConfig) -> int | None:
     return None if config.container.image else recipe_lock(config.recipe).cuda_line
 
 
-def lock_target_problems(config: GpuflowConfig, recipe: str) -> list[tuple[str, str]]:
+def lock_target_problems(config: GpuflowConfig, lock: Lock) -> list[tuple[str, str]]:
     """(problem, fix) pairs: a lock resolved for another Python or Beam than the image gets installs wrong wheels."""
-    lock = recipe_lock(recipe)
     problems = []
     if lock.python != config.python_version:
         problems.append((f"docker/locks/{lock.name}.lock is resolved for Python {lock.python}, and python_version is "
@@ -82,7 +81,7 @@ def render_recipe(config: GpuflowConfig, output_dir: Path, recipe: str | None = 
     template_path = RECIPES_DIR / f"{recipe}.Dockerfile"
     if not template_path.exists():
         raise ConfigError(f"container.recipe {recipe!r} does not exist. Fix: use one of {recipe_names()}.")
-    problems = lock_target_problems(config, recipe)
+    problems = lock_target_problems(config, recipe_lock(recipe))
     if problems:
         raise ConfigError("; ".join(f"{problem}. Fix: {fix}" for problem, fix in problems))
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,6 @@ from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
 from gpuflow.containers import (
     EXPORT_LOCK,
-    export_image_target,
     flex_launcher_problem,
     lock_target_problems,
     recipe_lock,
@@ -47,7 +46,7 @@ def worker_recipe(config: GpuflowConfig) -> Iterator[Finding]:
     except LockError as problem:
         yield error("container.recipe", str(problem), "run `make lock`")
         return
-    for problem, fix in lock_target_problems(config, recipe):
+    for problem, fix in lock_target_problems(config, lock):
         yield error("container.recipe", problem, fix)
     for problem in lock_problems(lock, meta.cuda_major, also_cuda=meta.also_cuda):
         yield error("container.recipe", f"recipe {recipe}: {problem}", "run `make lock`, then `make test`")
@@ -97,7 +96,7 @@ def export_lock(config: GpuflowConfig) -> Iterator[Finding]:
                     "gpuflow cannot tell its torch and Python", "use a pytorch-cpu.X-Y.pyXY image from "
                     "cloud.google.com/vertex-ai/docs/training/pre-built-containers")
         return
-    torch, python = export_image_target(config)
+    torch, python = versions
     try:
         lock = read_lock(EXPORT_LOCK)
     except LockError as problem:
