@@ -2,7 +2,7 @@
 
 Vertex AI, Cloud Build and Dataflow are reached through the provider's ``CustomJobHook``, ``CloudBuildHook`` and
 ``DataflowHook`` methods, and Dataflow's waits, listings and labels through its ``AsyncDataflowHook``. The clients
-here are those for which the provider (22.8.0) has no hook: Cloud Monitoring, Artifact Registry tags, Compute
+here are those for which the provider (22.8.0) has no hook method: Cloud Monitoring's time series, Artifact Registry tags, Compute
 Engine quotas and accelerator types, Cloud Quotas. They are built with ``GoogleBaseHook``'s credentials and client
 info. Tests replace this class, and the GAPIC clients under the hooks, with fakes that check every request against
 the API's own types.

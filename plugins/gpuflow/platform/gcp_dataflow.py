@@ -166,8 +166,8 @@ class DataflowJobs(GcpService):
         """Dataflow's update: a replacement job under the running job's name, with the transform name mapping.
 
         Direct launch: Beam stages the new request as usual, and the Templates API launches it with
-        ``update: true`` ("Update a custom template streaming job"). Provider gap: DataflowHook's
-        launch_job_with_template sends neither ``update`` nor ``transformNameMapping``, so the same
+        ``update: true`` ("Update a custom template streaming job"). Provider gap (apache-airflow-providers-google
+        22.8.0): DataflowHook.launch_job_with_template takes no ``update`` nor ``transformNameMapping``, so the same
         ``templates.launch`` request goes through the hook's own client (``get_conn()``) with them.
         Flex Templates: the provider's launch_job_with_flex_template takes the whole body, update fields included."""
         from google.cloud import dataflow_v1beta3

@@ -1,8 +1,10 @@
 """The Cloud Monitoring reads behind the smoke test's GPU-usage check, and what their points say.
 
 Dataflow writes a job's GPU metrics with a delay, so the read is repeated until both series have points in the
-test's window; the smoke test defers meanwhile (``gpuflow.triggers.monitoring``). Provider gap: the Google provider
-has no Cloud Monitoring hook or trigger, so the trigger uses the Monitoring client made like gpuflow's others.
+test's window; the smoke test defers meanwhile (``gpuflow.triggers.monitoring``). Provider gap
+(apache-airflow-providers-google 22.8.0): its CloudMonitoringHook manages alert policies and notification channels
+only (no ``list_time_series``), and it has no Monitoring trigger, so the trigger uses the Monitoring client made like
+gpuflow's others.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Wait for a batch interval's input in the triggerer, up to ``batch.input_wait_s``; then an event says whether any
 file matched (the task checks again, and applies ``batch.missing_input``).
 
-- gcp: the provider's ``GCSBlobTrigger`` with ``use_glob`` (objects.list's matchGlob). Provider gap: it waits without
-  end, so gpuflow bounds it (``_TimeoutAndCancel``, with nothing to cancel) and ends with a ``timeout`` event.
+- gcp: the provider's ``GCSBlobTrigger`` with ``use_glob`` (objects.list's matchGlob). Provider gap
+  (apache-airflow-providers-google 22.8.0): its constructor takes no timeout, and it waits without end, so gpuflow
+  bounds it (``_TimeoutAndCancel``, with nothing to cancel) and ends with a ``timeout`` event.
 - local profile: the emulator is not where the provider's async GCS client looks (it reads STORAGE_EMULATOR_HOST from
   the triggerer's environment), so this module's ``LocalInputTrigger`` lists the emulator, or the local disk, itself.
 """

@@ -1,7 +1,8 @@
 """The provider's Vertex AI, Cloud Build and Dataproc batch triggers, with what gpuflow adds: ``on_kill`` and a
 timeout.
 
-Provider gap: ``CustomJobTrigger``, ``CloudBuildCreateBuildTrigger`` and ``DataprocBatchTrigger`` wait for their job,
+Provider gap (apache-airflow-providers-google 22.8.0): ``CustomJobTrigger``, ``CloudBuildCreateBuildTrigger`` and
+``DataprocBatchTrigger`` wait for their job,
 without end, and leave it running when a user kills the deferred task (mark failed, clear). An export on an
 e2-highmem-16, a build on an E2_HIGHCPU_8 machine or a Spark batch on GPU executors would go on billing. So these cancel the job, through the provider's own hooks, when a
 user kills the task, and when the job outlasts the configuration's timeout (export.timeout_s,

@@ -1,6 +1,7 @@
 """Wait for a Dataflow job's workers (or its end, or its stop) in the triggerer, on the provider's AsyncDataflowHook.
 
-Provider gap: its Dataflow triggers (``TemplateJobStartTrigger``, ``DataflowJobStatusTrigger``) wait for a job state.
+Provider gap (apache-airflow-providers-google 22.8.0): its Dataflow triggers (``TemplateJobStartTrigger``,
+``DataflowJobStatusTrigger``) wait for a job state.
 A GPU job is RUNNING long before a worker with a GPU exists, and stays RUNNING while Dataflow retries a zone
 with no free GPUs, so this trigger also reads the job's messages and autoscaling events
 (``gpuflow.platform.dataflow_watch``). Nor do the provider's Dataflow triggers cancel the job when a user kills
