@@ -45,7 +45,13 @@ class BatchPreflightOperator(PreflightOperator):
 
 class WaitForInputOperator(GpuflowStepOperator):
     """Finds the interval's input; when there is none yet, defers up to batch.input_wait_s for it to appear. Still
-    none: batch.missing_input skips the run's other tasks, or fails the run."""
+    none: batch.missing_input skips the run's other tasks, or fails the run.
+
+    It waits with the trigger that ``GCSObjectExistenceSensor(use_glob=True, deferrable=True)`` defers to,
+    ``GCSBlobTrigger`` (``gpuflow.triggers.batch_input``), not with the sensor (apache-airflow-providers-google
+    22.8.0): a DAG file that names the sensor imports ``airflow.providers.google.cloud.sensors.gcs``, 685 modules on
+    top of ``airflow.sdk``, which the parse guard forbids; and the input's glob is known only once preflight has
+    filled in the run's dates."""
 
     waits_for = "input"  # its execution_timeout: gpuflow.task_timeouts
 

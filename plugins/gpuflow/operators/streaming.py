@@ -302,16 +302,39 @@ class GpuUsageCheck(GpuflowStepOperator):
 
 
 class SmokeTestOperator(GpuUsageCheck):
-    """Asks the pipeline questions, then checks that its GPUs really worked over the questions' window."""
+    """Asks the pipeline questions, defers until each has its answer or dead letter (``gpuflow.triggers.answers``),
+    then checks that its GPUs really worked over the questions' window."""
 
     waits_for = "smoke_test"  # its execution_timeout: gpuflow.task_timeouts
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.steps.smoke import smoke_test
+        from gpuflow.steps.smoke import start_smoke_test
 
         rollout = rollout_plan(context)
-        result = smoke_test(config, names, platform.conn_id,
-                            expect_version=names.model_version if rollout is not None else None)
+        state = start_smoke_test(config, names, platform.conn_id,
+                                 expect_version=names.model_version if rollout is not None else None)
+        self._wait_for_answers(context, config, names, state)
+
+    def _wait_for_answers(self, context, config, names, state) -> None:
+        from gpuflow.triggers.answers import smoke_answers_trigger
+
+        self.defer_with(context, smoke_answers_trigger(config, names, state), max(0.0, state.deadline - time.time()),
+                        smoke=state.model_dump(mode="json"))
+
+    def resume_step(self, config, names, platform, context, event, smoke=None, **carry):
+        if smoke is None:  # back from the GPU-usage wait
+            return super().resume_step(config, names, platform, context, event, **carry)
+        from gpuflow.steps.smoke import SmokeRound, SmokeTestFailed, publish_round, record_answers, smoke_test_result
+
+        state = SmokeRound.model_validate(smoke)
+        try:
+            if record_answers(state, event):
+                time.sleep(min(config.deployment.refresh_interval_s, 10))  # the job's time to switch versions
+                publish_round(config, names, platform.conn_id, state)
+                self._wait_for_answers(context, config, names, state)
+            result = smoke_test_result(state)
+        except SmokeTestFailed as error:
+            raise AirflowException(str(error)) from None
         return self.check_usage(context, config, platform, _pushed_handle(context, self.launch_task_id),
                                 result["window"], result)
 

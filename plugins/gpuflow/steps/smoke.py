@@ -7,6 +7,8 @@ import time
 import uuid
 from typing import Any
 
+from pydantic import BaseModel
+
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
 
@@ -84,79 +86,81 @@ def check_gpu_usage(config: GpuflowConfig, usage: dict[str, Any]) -> None:
     log.warning("%s", message)
 
 
-def smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
-               prompts: list[str] | None = None, expect_version: str | None = None) -> dict[str, Any]:
-    """Publish the prompts with ids; pull answers and dead letters until all are back or time runs out.
+class SmokeRound(BaseModel):
+    """The smoke test's state between its deferrals (it crosses them in XCom): what was sent, what came back."""
 
-    ``expect_version`` (a deployment's rollout): also until answers come from that model version, publishing the
-    prompts again each round, for up to deployment.rollout_timeout_s; the old version answering what it got is
-    fine, a dead letter is not. The result's ``window`` (epoch seconds) is when the pipeline worked on them, for the
-    GPU-usage check."""
-    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
-
-    window_start = time.time()
-    pubsub = PubSubHook(gcp_conn_id=conn_id)
-    prompts = prompts or smoke_prompts(config.smoke_test.num_prompts)
-    timeout_s = config.deployment.rollout_timeout_s if expect_version else config.smoke_test.timeout_s
-    started = time.monotonic()
-    deadline = started + timeout_s
-    sent: dict[str, str] = {}
+    window_start: float  # epoch seconds: when the pipeline began to work on the prompts (the GPU-usage window)
+    deadline: float  # epoch seconds
+    timeout_s: float
+    expect_version: str | None = None
+    round_number: int = 0
+    sent: dict[str, str] = {}  # prompt id -> prompt
     answers: dict[str, dict[str, Any]] = {}
     dead_letters: dict[str, str] = {}
-    round_number = 0
-    while True:
-        round_number += 1
-        batch = uuid.uuid4().hex[:8]
-        this_round = {f"smoke-{batch}-{i}": prompt for i, prompt in enumerate(prompts)}
-        sent.update(this_round)
-        pubsub.publish(topic=names.prompts_topic, project_id=config.project, messages=[
-            {"data": prompt.encode(), "attributes": {"id": prompt_id}} for prompt_id, prompt in this_round.items()])
-        log.info("published %d prompts to %s%s", len(this_round), names.prompts_topic,
-                 f" (round {round_number}, waiting for version {expect_version})" if expect_version else "")
-        _collect(config, pubsub, names, sent, answers, dead_letters, started, deadline)
-        from_expected = [a for a in answers.values() if a["model"] == expect_version]
-        if dead_letters or not expect_version or from_expected or time.monotonic() >= deadline:
-            break
-        time.sleep(min(config.deployment.refresh_interval_s, 10))  # give the job time to switch versions
+
+
+def start_smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
+                     expect_version: str | None = None) -> SmokeRound:
+    """Publish the first round of prompts, with ids. The task then defers until each has its answer or dead letter
+    (``gpuflow.triggers.answers``), for up to smoke_test.timeout_s.
+
+    ``expect_version`` (a deployment's rollout): the wait goes on until answers come from that model version,
+    publishing the prompts again each round, for up to deployment.rollout_timeout_s; the old version answering what
+    it got is fine, a dead letter is not."""
+    timeout_s = config.deployment.rollout_timeout_s if expect_version else config.smoke_test.timeout_s
+    now = time.time()
+    state = SmokeRound(window_start=now, deadline=now + timeout_s, timeout_s=timeout_s, expect_version=expect_version)
+    publish_round(config, names, conn_id, state)
+    return state
+
+
+def publish_round(config: GpuflowConfig, names: ResourceNames, conn_id: str, state: SmokeRound) -> None:
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    state.round_number += 1
+    batch = uuid.uuid4().hex[:8]
+    this_round = {f"smoke-{batch}-{i}": prompt for i, prompt in enumerate(smoke_prompts(config.smoke_test.num_prompts))}
+    state.sent.update(this_round)
+    PubSubHook(gcp_conn_id=conn_id).publish(topic=names.prompts_topic, project_id=config.project, messages=[
+        {"data": prompt.encode(), "attributes": {"id": prompt_id}} for prompt_id, prompt in this_round.items()])
+    log.info("published %d prompts to %s%s", len(this_round), names.prompts_topic,
+             f" (round {state.round_number}, waiting for version {state.expect_version})"
+             if state.expect_version else "")
+
+
+def record_answers(state: SmokeRound, event: dict[str, Any]) -> bool:
+    """Take in what the trigger pulled; True when another round is due (a rollout whose new version has not
+    answered yet, with time left and no dead letter)."""
+    state.answers.update(event.get("answers") or {})
+    state.dead_letters.update(event.get("dead_letters") or {})
+    if event.get("status") == "error":
+        raise SmokeTestFailed(f"{event.get('message')}. Fix: check that the run's subscriptions exist "
+                              "(the setup task creates them) and that the connection may consume them.")
+    from_expected = [a for a in state.answers.values() if a["model"] == state.expect_version]
+    return bool(state.expect_version and not from_expected and not state.dead_letters
+                and time.time() < state.deadline)
+
+
+def smoke_test_result(state: SmokeRound) -> dict[str, Any]:
+    """Every prompt answered (by the expected version, in a rollout), or an error that says what is missing."""
+    answers, sent, timeout_s = state.answers, state.sent, state.timeout_s
     rows = [{"id": prompt_id, "prompt": prompt, **answers[prompt_id]} for prompt_id, prompt in sent.items()
             if prompt_id in answers]
     if rows:
         log.info("smoke test answers:\n%s", format_answers_table(rows))
-    missing = [prompt_id for prompt_id in sent if prompt_id not in answers and prompt_id not in dead_letters]
-    if dead_letters or missing:
+    missing = [prompt_id for prompt_id in sent if prompt_id not in answers and prompt_id not in state.dead_letters]
+    if state.dead_letters or missing:
         raise SmokeTestFailed(
-            f"{len(answers)}/{len(sent)} prompts answered; dead letters: {dead_letters or 'none'}; "
+            f"{len(answers)}/{len(sent)} prompts answered; dead letters: {state.dead_letters or 'none'}; "
             f"no answer within {timeout_s:.0f}s for: {missing or 'none'}. "
             "Fix: read the pipeline log (launch task) and raise smoke_test.timeout_s if the model is slow to load."
         )
     versions = sorted({a["model"] for a in answers.values()})
-    if expect_version and expect_version not in versions:
+    if state.expect_version and state.expect_version not in versions:
         raise SmokeTestFailed(
             f"every prompt was answered, but only by model version(s) {versions}, never by the new version "
-            f"{expect_version} within {timeout_s:.0f}s ({round_number} rounds): the new version did not take over "
-            "(the job's log says why, e.g. 'model version ... failed to load'). The deployment is rolled back.")
+            f"{state.expect_version} within {timeout_s:.0f}s ({state.round_number} rounds): the new version did "
+            "not take over (the job's log says why, e.g. 'model version ... failed to load'). The deployment is "
+            "rolled back.")
     return {"answered": len(answers), "sent": len(sent), "answers": rows, "versions": versions,
-            "window": [window_start, time.time()]}
-
-
-def _collect(config: GpuflowConfig, pubsub, names: ResourceNames, sent: dict[str, str],
-             answers: dict[str, dict[str, Any]], dead_letters: dict[str, str], started: float,
-             deadline: float) -> None:
-    """Pull until every prompt sent so far has its answer or dead letter, or the deadline."""
-    last_progress = 0.0
-    while len(answers) + len(dead_letters) < len(sent) and time.monotonic() < deadline:
-        for attributes, data in pull_all(pubsub, config.project, names.responses_subscription):
-            if attributes.get("id") in sent:
-                answers[attributes["id"]] = {"answer": data.decode("utf-8", errors="replace"),
-                                             "latency_s": time.monotonic() - started,
-                                             "batch_size": int(attributes.get("batch_size", 0)),
-                                             "model": attributes.get("model", "")}
-        for attributes, _ in pull_all(pubsub, config.project, names.dead_letter_subscription):
-            if attributes.get("id") in sent:
-                dead_letters[attributes["id"]] = attributes.get("error", "unknown")
-        if time.monotonic() - last_progress > 5 or len(answers) + len(dead_letters) == len(sent):
-            slowest = max((a["latency_s"] for a in answers.values()), default=0.0)
-            log.info("answered %d/%d (dead letters: %d, slowest answer %.1fs)", len(answers), len(sent),
-                     len(dead_letters), slowest)
-            last_progress = time.monotonic()
-        time.sleep(0.5)
+            "window": [state.window_start, time.time()]}

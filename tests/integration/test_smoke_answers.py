@@ -1,0 +1,63 @@
+"""The smoke test's wait for answers (gpuflow.triggers.answers), run as the triggerer runs it, on the real Pub/Sub
+emulator: through the provider's async hook (the gcp profile), and straight at the emulator (the local profile)."""
+
+import time
+import uuid
+
+import pytest
+
+from gpuflow.triggers.answers import SmokeAnswersTrigger
+from tests.helpers import GCP_TEST_PROJECT, first_event
+
+
+@pytest.fixture
+def subscriptions(gcp_env):
+    """A fresh answers and dead-letter subscription; publish(kind, id, data, **attributes) puts a message there."""
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    hook, suffix = PubSubHook(gcp_conn_id="google_cloud_default"), uuid.uuid4().hex[:8]
+    names = {}
+    for kind in ("answers", "dead"):
+        topic = f"smoke-{kind}-{suffix}"
+        hook.create_topic(project_id=GCP_TEST_PROJECT, topic=topic)
+        names[kind] = hook.create_subscription(project_id=GCP_TEST_PROJECT, topic=topic,
+                                               subscription=f"{topic}-sub")
+
+    def publish(kind, prompt_id, data=b"", **attributes):
+        hook.publish(project_id=GCP_TEST_PROJECT, topic=f"smoke-{kind}-{suffix}",
+                     messages=[{"data": data, "attributes": {"id": prompt_id, **attributes}}])
+
+    return names, publish
+
+
+def answers_trigger(names, ids, deadline_s, emulator_host):
+    now = time.time()
+    return SmokeAnswersTrigger(project=GCP_TEST_PROJECT, answers_subscription=names["answers"],
+                               dead_letter_subscription=names["dead"], ids=ids, started=now,
+                               deadline=now + deadline_s, gcp_conn_id="google_cloud_default",
+                               emulator_host=emulator_host, poll_interval_s=0.05, settle_s=0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", ["provider_hook", "emulator"])
+def test_every_prompt_answered_or_dead_lettered_ends_the_wait_with_what_each_said(subscriptions, gcp_env, path):
+    names, publish = subscriptions
+    publish("answers", "p-1", b"Paris", model="v1", batch_size="2")
+    publish("answers", "someone-else", b"not ours")
+    publish("dead", "p-2", error="prompt too long")
+    emulator = gcp_env["PUBSUB_EMULATOR_HOST"] if path == "emulator" else None
+    event = first_event(answers_trigger(names, ["p-1", "p-2"], 30, emulator))
+    assert event["status"] == "success"
+    assert set(event["answers"]) == {"p-1"} and event["dead_letters"] == {"p-2": "prompt too long"}
+    answer = event["answers"]["p-1"]
+    assert (answer["answer"], answer["model"], answer["batch_size"]) == ("Paris", "v1", 2)
+
+
+@pytest.mark.timeout(60)
+def test_a_prompt_without_answer_ends_the_wait_at_the_deadline_with_what_came(subscriptions, gcp_env):
+    names, publish = subscriptions
+    publish("answers", "p-1", b"Paris")
+    started = time.monotonic()
+    event = first_event(answers_trigger(names, ["p-1", "p-never"], 1.5, None))
+    assert event["status"] == "timeout" and set(event["answers"]) == {"p-1"}
+    assert 1.4 < time.monotonic() - started < 20
