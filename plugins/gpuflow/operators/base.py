@@ -82,6 +82,10 @@ def rollout_plan(context: Any):
 RESUME_KEY = "gpuflow_resume"
 
 
+#: How long after a trigger's own timeout Airflow's deferral timeout fails the task (``defer_with``).
+DEFERRAL_BACKSTOP_S = 300
+
+
 def event_succeeded(event: dict[str, Any] | None) -> bool:
     """A trigger's event says its job got where the task waited for (gpuflow's triggers and the provider's)."""
     return bool(event) and event.get("status") in ("reached", "success")
@@ -171,8 +175,15 @@ class GpuflowStepOperator(BaseOperator):
         from datetime import timedelta
 
         context["ti"].xcom_push(key=RESUME_KEY, value=carry)
-        # The trigger ends its own wait with the reason; Airflow's timeout is only the backstop above it.
-        self.defer(trigger=trigger, method_name="resume", timeout=timedelta(seconds=timeout_s + 300))
+        # Two bounds on a deferred wait, each with its own job (Airflow 3.3.2):
+        # - the trigger's own timeout (``timeout_s``) ends the wait with the reason, and cancels the job it waited
+        #   on: when Airflow's trigger timeout fires instead, the triggerer cancels the trigger "without calling
+        #   on_kill()" (airflow/jobs/triggerer_job_runner.py), which would leave the job billing;
+        # - ``defer(timeout=…)``, DEFERRAL_BACKSTOP_S later, for a trigger that never answers (a triggerer gone for good). It is
+        #   the only bound Airflow keeps while a task is deferred: the execution API does not apply the task's
+        #   execution_timeout to a deferral (its "TODO: HANDLE execution timeout later", routes/task_instances.py).
+        # execution_timeout (gpuflow.task_timeouts) bounds the task's running parts, before and after the wait.
+        self.defer(trigger=trigger, method_name="resume", timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S))
 
     def run_step(self, config, names, platform, context: Any) -> Any:
         raise NotImplementedError

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from gpuflow.operators.base import (
+    DEFERRAL_BACKSTOP_S,
     GpuflowStepOperator,
     config_from_params,
     names_for,
@@ -74,9 +76,12 @@ class DataprocBatchOperator(GpuflowStepOperator):
         if self._operation_name:
             context["ti"].xcom_push(key="operation", value=self._operation_name)
         log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, config.dataproc.timeout_s)
-        self.defer(method_name="batch_ended", trigger=CancellingDataprocBatchTrigger(
+        trigger = CancellingDataprocBatchTrigger(
             batch_id=batch_id, project_id=config.project, region=config.region, gcp_conn_id=config.gcp_conn_id,
-            polling_interval_seconds=config.dataproc.poll_interval_s, timeout_s=config.dataproc.timeout_s))
+            polling_interval_seconds=config.dataproc.poll_interval_s, timeout_s=config.dataproc.timeout_s)
+        # Its two bounds, as GpuflowStepOperator.defer_with sets them.
+        self.defer(method_name="batch_ended", trigger=trigger,
+                   timeout=timedelta(seconds=config.dataproc.timeout_s + DEFERRAL_BACKSTOP_S))
 
     def batch_ended(self, context: Any, event: dict[str, Any]) -> Any:
         from gpuflow.config_loading import config_from_json
