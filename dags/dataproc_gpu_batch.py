@@ -14,7 +14,13 @@ from airflow.sdk import DAG
 from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.dataproc import DataprocBatchOperator, DataprocCleanupOperator, DataprocPreflightOperator
 from gpuflow.task_timeouts import apply_task_timeouts
-from gpuflow.trigger_form import attach_trigger_form
+from gpuflow.trigger_form import FormLayout, attach_trigger_form
+
+#: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
+FORM = FormLayout("configs/dataproc.example.yaml",
+                  run_fields=("profile", "project", "region", "bucket", "dataproc.accelerator",
+                              "dataproc.executor_instances"),
+                  sections=("Dataproc batch",))
 
 with DAG(
     dag_id="dataproc_gpu_batch",
@@ -32,5 +38,5 @@ with DAG(
     # preflight is a setup too: once it passed, cleanup runs whatever the batch did.
     cleanup.as_teardown(setups=[preflight, batch])
 
-attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
+attach_trigger_form(dag, FORM)  # after the tasks, so that Airflow does not copy the form into each
 apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

@@ -12,7 +12,12 @@ from airflow.sdk import DAG
 
 from gpuflow.operators.quota_report import GpuQuotaReportOperator
 from gpuflow.task_timeouts import apply_task_timeouts
-from gpuflow.trigger_form import attach_trigger_form
+from gpuflow.trigger_form import FormLayout, attach_trigger_form
+
+#: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
+FORM = FormLayout("configs/local.yaml",
+                  run_fields=("profile", "project", "region", "gpu.type", "gpu.count", "worker.max_num_workers"),
+                  sections=("GPU",))
 
 with DAG(
     dag_id="gpu_quota_report",
@@ -25,5 +30,5 @@ with DAG(
 ) as dag:
     GpuQuotaReportOperator(task_id="report", retries=2, retry_delay=pendulum.duration(minutes=5))
 
-attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
+attach_trigger_form(dag, FORM)  # after the tasks, so that Airflow does not copy the form into each
 apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

@@ -30,10 +30,18 @@ from gpuflow.operators.batch import (
 )
 from gpuflow.operators.preparation import preparation
 from gpuflow.task_timeouts import apply_task_timeouts
-from gpuflow.trigger_form import attach_trigger_form, form_values
+from gpuflow.trigger_form import FormLayout, attach_trigger_form, form_values
 
 DAG_ID = "llm_batch_inference"
-SETTINGS = form_values(DAG_ID)  # the configuration file's values (YAML only: cheap to parse)
+#: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
+FORM = FormLayout(
+    "configs/local.yaml",
+    run_fields=("profile", "project", "region", "bucket", "batch.input", "batch.output", "model.name", "gpu.type",
+                "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
+    sections=("Batch", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching",
+              "Smoke test", "Local profile"),
+)
+SETTINGS = form_values(FORM)  # the configuration file's values (YAML only: cheap to parse)
 
 with DAG(
     dag_id=DAG_ID,
@@ -63,5 +71,5 @@ with DAG(
     preflight >> wait_for_input >> prepare.group >> run_batch >> publish >> check_gpu_usage >> cleanup
     cleanup.as_teardown(setups=[prepare.setup, run_batch])
 
-attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
+attach_trigger_form(dag, FORM)  # after the tasks, so that Airflow does not copy the form into each
 apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

@@ -23,7 +23,16 @@ from gpuflow.operators.deployment import PromoteOperator
 from gpuflow.operators.preparation import preparation
 from gpuflow.operators.streaming import CleanupOperator, LaunchPipelineOperator, PreflightOperator, SmokeTestOperator
 from gpuflow.task_timeouts import apply_task_timeouts
-from gpuflow.trigger_form import attach_trigger_form
+from gpuflow.trigger_form import FormLayout, attach_trigger_form
+
+#: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
+FORM = FormLayout(
+    "configs/local.yaml",
+    run_fields=("profile", "project", "region", "bucket", "deployment.mode", "deployment.name", "model.name",
+                "gpu.type", "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
+    sections=("Deployment", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching",
+              "Smoke test", "Pub/Sub", "Local profile"),
+)
 
 with DAG(
     dag_id="llm_streaming_inference",
@@ -49,5 +58,5 @@ with DAG(
     preflight >> prepare.group >> launch >> smoke_test >> promote >> cleanup
     cleanup.as_teardown(setups=[prepare.setup, launch])
 
-attach_trigger_form(dag)  # after the tasks, so that Airflow does not copy the form into each
+attach_trigger_form(dag, FORM)  # after the tasks, so that Airflow does not copy the form into each
 apply_task_timeouts(dag)  # every task's execution_timeout, from the configuration file

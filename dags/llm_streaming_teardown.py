@@ -13,7 +13,11 @@ from airflow.sdk import DAG
 
 from gpuflow.operators.deployment import MaintenancePreflightOperator, TeardownOperator
 from gpuflow.task_timeouts import apply_task_timeouts
-from gpuflow.trigger_form import attach_trigger_form
+from gpuflow.trigger_form import FormLayout, attach_trigger_form
+
+#: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
+FORM = FormLayout("configs/local.yaml", run_fields=("profile", "project", "region", "bucket", "deployment.name"),
+                  sections=("Dataflow workers", "Pub/Sub", "Local profile"))
 
 with DAG(
     dag_id="llm_streaming_teardown",
@@ -29,5 +33,5 @@ with DAG(
     preflight = MaintenancePreflightOperator(task_id="preflight", retries=0)
     TeardownOperator(task_id="teardown", config_json=preflight.output)
 
-attach_trigger_form(dag)
+attach_trigger_form(dag, FORM)
 apply_task_timeouts(dag)

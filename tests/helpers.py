@@ -49,3 +49,23 @@ def first_event(trigger) -> dict:
         raise AssertionError("the trigger ended without an event")
 
     return asyncio.run(run())
+
+
+def dag_forms() -> dict:
+    """Each gpuflow DAG's trigger form (its FormLayout), as its DAG file declares it: {dag_id: layout}."""
+    return dict(_dag_forms())
+
+
+def _dag_forms() -> tuple:
+    global _FORMS
+    if _FORMS is None:
+        from airflow.dag_processing.dagbag import DagBag
+
+        from gpuflow.trigger_form import dag_form
+
+        bag = DagBag(str(ROOT / "dags"))
+        _FORMS = tuple(sorted((dag_id, dag_form(dag)) for dag_id, dag in bag.dags.items()))
+    return _FORMS
+
+
+_FORMS = None

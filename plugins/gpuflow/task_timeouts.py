@@ -72,10 +72,14 @@ def waits_for(task: Any) -> str:
 
 
 def apply_task_timeouts(dag: Any) -> None:
-    """Give every task of a gpuflow DAG its execution_timeout, from the DAG's configuration file."""
-    from gpuflow.trigger_form import form_values
+    """Give every task of a gpuflow DAG its execution_timeout, from the configuration file of its form (attached
+    first: ``gpuflow.trigger_form.attach_trigger_form``)."""
+    from gpuflow.trigger_form import dag_form, form_values
 
-    values = form_values(dag.dag_id)
+    layout = dag_form(dag)
+    if layout is None:
+        raise TypeError(f"DAG {dag.dag_id} has no gpuflow form: call attach_trigger_form(dag, layout) first")
+    values = form_values(layout)
     seconds = timeouts_s(values.__getitem__, spare_fallbacks=SPARE_FALLBACKS)
     for task in dag.tasks:
         wait = waits_for(task)

@@ -1,4 +1,5 @@
-"""The DAGs' trigger form: the few fields people change per run first, the rest in folded sections.
+"""The DAGs' trigger form: the few fields people change per run first, the rest in folded sections. Each DAG
+file declares its own (a ``FormLayout``); this module knows no DAG.
 
 A person opening "Trigger" sees the values the run will use: every field is filled from the DAG's
 configuration file (or, for a key the file does not set, the model's default). The per-run fields are
@@ -100,45 +101,22 @@ SECTIONS = {
 
 
 class FormLayout:
+    """A DAG's form, declared in its DAG file: its configuration file, the fields set per run, its sections."""
+
     __slots__ = ("config_file", "run_fields", "sections")
 
     def __init__(self, config_file: str, run_fields: tuple[str, ...], sections: tuple[str, ...]):
         self.config_file, self.run_fields, self.sections = config_file, run_fields, sections
 
 
-LAYOUTS = {
-    "llm_streaming_inference": FormLayout(
-        "configs/local.yaml",
-        ("profile", "project", "region", "bucket", "deployment.mode", "deployment.name", "model.name", "gpu.type",
-         "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
-        ("Deployment", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching", "Smoke test",
-         "Pub/Sub", "Local profile"),
-    ),
-    "llm_streaming_teardown": FormLayout(
-        "configs/local.yaml", ("profile", "project", "region", "bucket", "deployment.name"),
-        ("Dataflow workers", "Pub/Sub", "Local profile"),
-    ),
-    "gpuflow_janitor": FormLayout(
-        "configs/local.yaml", ("profile", "project", "region", "bucket", "janitor.dry_run"),
-        ("Dataflow workers", "Local profile"),
-    ),
-    "llm_batch_inference": FormLayout(
-        "configs/local.yaml",
-        ("profile", "project", "region", "bucket", "batch.input", "batch.output", "model.name", "gpu.type",
-         "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
-        ("Batch", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching", "Smoke test",
-         "Local profile"),
-    ),
-    "gpu_quota_report": FormLayout(
-        "configs/local.yaml", ("profile", "project", "region", "gpu.type", "gpu.count", "worker.max_num_workers"),
-        ("GPU",),
-    ),
-    "dataproc_gpu_batch": FormLayout(
-        "configs/dataproc.example.yaml",
-        ("profile", "project", "region", "bucket", "dataproc.accelerator", "dataproc.executor_instances"),
-        ("Dataproc batch",),
-    ),
-}
+#: The attribute of a DAG that holds its FormLayout (``attach_trigger_form``): its tasks read the form there.
+FORM_ATTRIBUTE = "gpuflow_form"
+
+
+def dag_form(dag: Any) -> FormLayout | None:
+    """The form a DAG file attached to its DAG; None for a DAG of the user's own."""
+    return getattr(dag, FORM_ATTRIBUTE, None)
+
 
 _SETTINGS_HELP = (
     "One config key=value per line, as `gpuflow preflight --set` takes it (the value is YAML; nothing after = "
@@ -219,9 +197,9 @@ def settings_lines(text: str | None) -> list[str]:
     return [_normalised(line) for line in stripped if line and not line.startswith("#")]
 
 
-def form_values(dag_id: str) -> dict[str, Any]:
-    """Every config key's value as the DAG's form shows it: its configuration file's, or the default."""
-    return _file_values(LAYOUTS[dag_id].config_file)
+def form_values(layout: FormLayout) -> dict[str, Any]:
+    """Every config key's value as the form shows it: its configuration file's, or the default."""
+    return _file_values(layout.config_file)
 
 
 def _lines_pattern(keys: list[str]) -> str:
@@ -240,10 +218,9 @@ def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
                  description=f"{dotted}: {schema['description']}", **extra)
 
 
-def dag_params(dag_id: str) -> dict[str, Param]:
+def dag_params(layout: FormLayout) -> dict[str, Param]:
     """The trigger form of one DAG: per-run fields, then one folded field per section, then the config file."""
-    layout = LAYOUTS[dag_id]
-    values = form_values(dag_id)
+    values = form_values(layout)
     params = {dotted.replace(".", "__"): _field_param(dotted, values[dotted]) for dotted in layout.run_fields}
     for title in layout.sections:
         section = SECTIONS[title]
@@ -261,8 +238,9 @@ def dag_params(dag_id: str) -> dict[str, Param]:
     return params
 
 
-def attach_trigger_form(dag: Any) -> None:
-    """Give a DAG its trigger form once its tasks exist.
+def attach_trigger_form(dag: Any, layout: FormLayout) -> None:
+    """Give a DAG its trigger form once its tasks exist (and keep the layout on the DAG, where its tasks and
+    ``gpuflow.task_timeouts`` read it).
 
     Airflow deep-copies a DAG's Params into each task it creates (``get_merged_defaults``), which made
     llm_streaming_inference parse at ~1.7x a one-task DAG even with 20 Params. Set afterwards, the Params
@@ -270,17 +248,18 @@ def attach_trigger_form(dag: Any) -> None:
     the same, since Airflow builds a task's params from the DAG's, the task's (now none) and the run's conf
     (``process_params``). A scheduled DAG's Params are validated on assignment, as in the constructor.
     """
-    dag.params = dag_params(dag.dag_id)
+    dag.params = dag_params(layout)
+    setattr(dag, FORM_ATTRIBUTE, layout)
 
 
-def run_settings(dag_id: str, params: Mapping[str, Any]) -> tuple[str | None, dict[str, Any], list[str]]:
+def run_settings(layout: FormLayout | None, params: Mapping[str, Any]) -> tuple[str | None, dict[str, Any], list[str]]:
     """What a run asks for: (config file, Params it changed, ``key=value`` lines it changed).
 
     Only what differs from the form's defaults counts, so an untouched field keeps the file's value. A Param
     that is no field of the form (a conf key such as ``smoke_test__num_prompts``) counts unless it is empty.
     """
-    layout = LAYOUTS.get(dag_id)  # None: a DAG of the user's own, whose Params all count unless empty
-    form = dag_params(dag_id) if layout else {}
+    # layout None: a DAG of the user's own, whose Params all count unless empty
+    form = dag_params(layout) if layout else {}
     config_file = params.get("config_file") or (layout.config_file if layout else None)
     changed: dict[str, Any] = {}
     lines: list[str] = []

@@ -103,12 +103,13 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
     from playwright.sync_api import sync_playwright
 
     from gpuflow.trigger_form import dag_params
+    from tests.helpers import dag_forms
 
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: `make browser` (or .ci/run) installs it"
     ARTIFACTS.mkdir(exist_ok=True)
     started = time.time()
     airflow_live.wait_for_dag(DAG_ID)
-    params = dag_params(DAG_ID)
+    params = dag_params(dag_forms()[DAG_ID])
     local = local_config.local
     local_lines = (f"local.state_dir={local.state_dir}\nlocal.pubsub_emulator_host={local.pubsub_emulator_host}\n"
                    f"local.storage_emulator_host={local.storage_emulator_host}")

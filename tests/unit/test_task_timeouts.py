@@ -57,19 +57,25 @@ def test_the_shipped_configurations_fit_their_dags_and_a_longer_wait_is_refused(
 
 
 def test_a_tasks_timeout_follows_its_operator_not_its_id():
-    """A task renamed keeps its wait; an operator that declares none cannot go into a DAG."""
+    """A task renamed keeps its wait; an operator that declares none cannot go into a DAG, nor a DAG without form."""
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
     from gpuflow.operators.streaming import ExportModelOperator
     from gpuflow.task_timeouts import apply_task_timeouts
+    from gpuflow.trigger_form import FormLayout, attach_trigger_form
 
-    with DAG("llm_streaming_inference", schedule=None) as dag:  # the DAG id names the configuration file it reads
+    form = FormLayout("configs/local.yaml", ("profile",), ())  # the form names the configuration file it reads
+    with DAG("any_name", schedule=None) as dag:
         ExportModelOperator(task_id="fetch_weights")
+    with pytest.raises(TypeError, match="no gpuflow form"):
+        apply_task_timeouts(dag)
+    attach_trigger_form(dag, form)
     apply_task_timeouts(dag)
     config = load_config("configs/local.yaml")
     assert dag.get_task("fetch_weights").execution_timeout.total_seconds() == config.export.timeout_s + MARGIN_S
-    with DAG("llm_streaming_inference", schedule=None) as dag:
+    with DAG("any_name", schedule=None) as dag:
         EmptyOperator(task_id="noop")
+    attach_trigger_form(dag, form)
     with pytest.raises(TypeError, match="declares no waits_for"):
         apply_task_timeouts(dag)

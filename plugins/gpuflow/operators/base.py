@@ -13,7 +13,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from gpuflow.trigger_form import run_settings
+from gpuflow.trigger_form import dag_form, run_settings
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def config_from_params(context: Any):
     from gpuflow.config import ConfigError
     from gpuflow.config_loading import load_config
 
-    config_file, changed, lines = run_settings(context["dag"].dag_id, dict(context["params"]))
+    config_file, changed, lines = run_settings(dag_form(context["dag"]), dict(context["params"]))
     try:
         return load_config(config_file, changed, lines)
     except ConfigError as error:
