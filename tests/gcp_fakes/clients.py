@@ -90,10 +90,11 @@ class _AsyncItems:
 class FakeGoogleCloud:
     """Google Cloud's control planes, installed at the client boundary.
 
-    It stands in for gpuflow.platform.gcp_clients.GcpClients (the clients gpuflow makes itself), and sits under
-    the provider's hooks that gpuflow calls (CustomJobHook, CloudBuildHook, DataflowHook, AsyncDataflowHook,
-    CustomJobAsyncHook, CloudBuildAsyncHook), in place of the clients they make, so the hooks' and triggers' own
-    code runs."""
+    It sits under the provider's hooks that gpuflow calls (CustomJobHook, CloudBuildHook, DataflowHook,
+    AsyncDataflowHook, CustomJobAsyncHook, CloudBuildAsyncHook), in place of the clients they make, and under
+    gpuflow's own client factory (gpuflow.platform.gcp_clients.GcpClients, gpuflow.quota.compute_clients), in place
+    of the GAPIC client classes it constructs, so the hooks', the triggers' and the factory's own code runs: the
+    connection's credentials, client info and impersonation chain."""
 
     def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
                  projects=None, accelerator_types=None, cloud_quotas=None):
@@ -105,18 +106,26 @@ class FakeGoogleCloud:
         self.projects = projects or FakeProjectsClient()
         self.accelerator_types = accelerator_types or FakeAcceleratorTypesClient()
         self.cloud_quotas = cloud_quotas or FakeCloudQuotas()
-        self.chain: list[str] = []  # the connection's impersonation_chain
+        self.installed = False
+        self.clients_made: list[tuple[str, dict]] = []  # (client class, its keyword arguments), as gpuflow made them
         self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
 
     def install(self, monkeypatch) -> FakeGoogleCloud:
+        import json
+        import os
+
         from airflow.providers.google.cloud.hooks import cloud_build
         from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook, DataflowHook
         from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobAsyncHook, CustomJobHook
         from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobServiceClient
 
         cloud = self
-        monkeypatch.setattr("gpuflow.platform.gcp_service.GcpClients", lambda conn_id: self)
+        if "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT" not in os.environ:  # the factory reads a connection: an anonymous one
+            monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(
+                {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": "gpuflow-test"}}))
+        self._install_own_clients(monkeypatch)
+        self.installed = True
         monkeypatch.setattr(CustomJobHook, "get_job_service_client",
                             lambda hook, region=None: TypedClient(cloud.vertex, VERTEX_REQUESTS, JobServiceClient))
 
@@ -136,25 +145,33 @@ class FakeGoogleCloud:
             cloud.build, CLOUD_BUILD_REQUESTS, cloudbuild_v1.CloudBuildAsyncClient))
         return self
 
-    def credentials_for_subprocess(self):
-        import contextlib
+    def _client_factory(self, real_class: type, fake: Any, requests: dict[str, type], typed: type = TypedClient):
+        """A stand-in for a GAPIC client class that gpuflow constructs itself (``GcpClients``, ``quota``): it checks
+        that the client gets the connection's credentials, then answers with ``fake()`` (read when the client is
+        made, so a test may replace a fake after install)."""
 
-        return contextlib.nullcontext()
+        def make(*args: Any, **kwargs: Any) -> TypedClient:
+            assert not args, f"{real_class.__name__} takes keyword arguments only"
+            assert kwargs.get("credentials") is not None, f"{real_class.__name__} made without credentials"
+            self.clients_made.append((real_class.__name__, kwargs))
+            return typed(fake(), requests, real_class)
 
-    def artifact_registry(self):
-        return self.registry
+        return make
 
-    def compute(self):
-        from gpuflow.quota import ComputeClients
+    def _install_own_clients(self, monkeypatch) -> None:
+        from google.cloud import artifactregistry_v1, cloudquotas_v1, compute_v1
 
-        return ComputeClients(self.regions, self.projects, self.accelerator_types, self.cloud_quotas)
-
-    def compute_accelerator_types(self):
-        return self.accelerator_types
-
-    def impersonation_chain(self):
-        return list(self.chain)
-
-    def monitoring_async(self):
-        return AsyncTypedClient(self.metrics, {"list_time_series": monitoring_v3.ListTimeSeriesRequest},
-                                monitoring_v3.MetricServiceAsyncClient)
+        own = [
+            (monitoring_v3, "MetricServiceAsyncClient", lambda: self.metrics,
+             {"list_time_series": monitoring_v3.ListTimeSeriesRequest}, AsyncTypedClient),
+            (artifactregistry_v1, "ArtifactRegistryClient", lambda: self.registry,
+             {"get_tag": artifactregistry_v1.GetTagRequest}, TypedClient),
+            (compute_v1, "RegionsClient", lambda: self.regions, {"get": compute_v1.GetRegionRequest}, TypedClient),
+            (compute_v1, "ProjectsClient", lambda: self.projects, {"get": compute_v1.GetProjectRequest}, TypedClient),
+            (compute_v1, "AcceleratorTypesClient", lambda: self.accelerator_types,
+             {"aggregated_list": compute_v1.AggregatedListAcceleratorTypesRequest}, TypedClient),
+            (cloudquotas_v1, "CloudQuotasClient", lambda: self.cloud_quotas,
+             {"get_quota_info": cloudquotas_v1.GetQuotaInfoRequest}, TypedClient),
+        ]
+        for module, name, fake, requests, typed in own:
+            monkeypatch.setattr(module, name, self._client_factory(getattr(module, name), fake, requests, typed))

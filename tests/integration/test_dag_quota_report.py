@@ -2,8 +2,7 @@
 
 from airflow.utils.state import DagRunState
 
-from gpuflow.quota import ComputeClients
-from tests.gcp_fakes import FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
+from tests.gcp_fakes import FakeGoogleCloud, FakeProjectsClient, FakeRegionsClient
 
 
 def quota_dag():
@@ -28,10 +27,11 @@ def test_local_profile_reports_this_machines_gpus(airflow_db):
 def test_gcp_profile_reads_regional_quota(airflow_db, monkeypatch):
     client = FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 4, 4)]})
     projects = FakeProjectsClient((("GPUS_ALL_REGIONS", 8, 1),))
-    monkeypatch.setattr("gpuflow.quota.compute_clients", lambda conn_id: ComputeClients(client, projects, None, FakeCloudQuotas()))
+    cloud = FakeGoogleCloud(regions=client, projects=projects).install(monkeypatch)  # under gpuflow's client factory
     run = quota_dag().test(run_conf={"config_file": "configs/gcp.example.yaml"})
     assert run.state == DagRunState.SUCCESS
     regional, project_wide = report_of(run)["readings"]
     assert (regional["metric"], regional["headroom"], regional["enough"]) == ("NVIDIA_L4_GPUS", 0.0, False)
     assert (project_wide["region"], project_wide["metric"], project_wide["headroom"]) == ("global", "GPUS_ALL_REGIONS", 7.0)
     assert client.requests[0].project == "my-gcp-project"
+    assert {name for name, _ in cloud.clients_made} >= {"RegionsClient", "ProjectsClient"}

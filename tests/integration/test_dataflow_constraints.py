@@ -34,12 +34,12 @@ def gcp_config(*overrides):
 def stage(gcs_bucket, monkeypatch):
     """stage(*overrides) -> (platform, the staged job's JSON, the pipeline proto): Beam's own staging, once."""
     gcs = gcs_bucket(BUCKET)
-    fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
+    FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
 
     def staged(*overrides, streaming=True):
         config = gcp_config(*overrides)
         names = resource_names(config, "gf-constr0001")
-        platform = GcpPlatform(config, clients=fake)
+        platform = GcpPlatform(config)
         _, job = platform.stage_template("llm_inference.py", pipeline_argv(config, names, batch=not streaming), names,
                                          IMAGE, job_name_for(names, config, "llm-inference"), streaming=streaming)
         url = job["environment"]["sdkPipelineOptions"]["options"]["pipelineUrl"]
@@ -153,5 +153,5 @@ def test_a_flex_template_streaming_launch_keeps_streaming_engine_on(gcs_bucket, 
     config = gcp_config(*FLEX, "gpu.request=resource_hint",
                         "dataflow.experiments=[disable_streaming_engine]")
     with pytest.raises(DataflowRequestRejected, match="streaming-engine"):
-        GcpPlatform(config, clients=fake).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
+        GcpPlatform(config).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
     assert fake.dataflow.calls("launch_flex_template") == []

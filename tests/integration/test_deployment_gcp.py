@@ -45,7 +45,7 @@ def deployed(gcs_bucket, monkeypatch):
     gcs_bucket(BUCKET)
     cloud = FakeGoogleCloud().install(monkeypatch)
     config = config_of()
-    platform = GcpPlatform(config, clients=cloud)
+    platform = GcpPlatform(config)
     names = resource_names(config, "gf-0000000001")
     old = running(cloud, cloud.dataflow.scripted_job(STREAMING_STARTS, name=names.job_name))
     record = DeploymentRecord(
@@ -61,7 +61,7 @@ def deployed(gcs_bucket, monkeypatch):
 def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_it_back(deployed, monkeypatch):
     cloud, record, records = deployed
     config = config_of("inference.max_batch_size=8", "deployment.transform_name_mapping={Validate: ValidatePrompts}")
-    platform = GcpPlatform(config, clients=cloud)
+    platform = GcpPlatform(config)
     names = resource_names(config, "gf-0000000002")
     rollout = plan_rollout(config, record, NEW_IMAGE, job_running=True)
     assert rollout.path == "update", rollout.why
@@ -109,7 +109,7 @@ def test_an_updatable_change_updates_the_job_in_place_and_its_rollback_updates_i
 def test_a_flex_template_update_sends_the_update_fields_through_the_providers_flex_launch(deployed):
     cloud, record, records = deployed
     config = config_of(*FLEX, "deployment.transform_name_mapping={Validate: ValidatePrompts}")
-    platform = GcpPlatform(config, clients=cloud)
+    platform = GcpPlatform(config)
     names = resource_names(config, "gf-0000000003")
 
     handle = platform.update_pipeline(["--model-name", "m"], names, NEW_IMAGE, record.job_name,
@@ -150,7 +150,7 @@ def replacing(cloud, record, prefix: str):
     """A run whose changed worker disk replaces the recorded job: its config, platform, names and plan."""
     config = config_of("worker.disk_size_gb=100")
     names = resource_names(config, prefix)
-    return config, GcpPlatform(config, clients=cloud), names, plan_rollout(config, record, OLD_IMAGE, job_running=True)
+    return config, GcpPlatform(config), names, plan_rollout(config, record, OLD_IMAGE, job_running=True)
 
 
 def test_a_replacement_starts_first_and_the_old_job_is_drained_only_after_promotion(deployed):
@@ -192,7 +192,7 @@ def test_a_replacement_that_fails_its_smoke_test_is_cancelled_and_the_old_job_ke
 def test_weights_that_fail_point_the_job_back_at_the_recorded_version(deployed):
     cloud, record, records = deployed
     config = config_of()
-    platform = GcpPlatform(config, clients=cloud)
+    platform = GcpPlatform(config)
     names = resource_names(config, "gf-0000000005")
     rollout = plan_rollout(config, record, OLD_IMAGE, job_running=True)
     assert rollout.path == "weights"
@@ -216,7 +216,7 @@ def test_a_deployments_job_never_starts_on_an_empty_pointer_folder(deployed):
     the serving job before the smoke test), and a folder with pointers is left as it is."""
     cloud, record, records = deployed
     config = config_of("deployment.name=fresh")
-    platform = GcpPlatform(config, clients=cloud)
+    platform = GcpPlatform(config)
     folder = "gpuflow/deployments/fresh/live/"
 
     def versions():

@@ -92,7 +92,7 @@ def test_the_staged_batch_job_request(case, gcs, monkeypatch):
     assert not has_errors(run_preflight(config, check_environment=False, workflow="batch"))
     names = resource_names(config, f"gf-batch{sorted(CASES).index(case)}01")
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
-    platform = GcpPlatform(config, clients=fake)
+    platform = GcpPlatform(config)
     argv = pipeline_argv(config, names, batch=True)
     job_name = job_name_for(names, config, "llm-batch")
     image = VLLM_IMAGE if case == "vllm" else IMAGE
@@ -148,7 +148,7 @@ def test_a_batch_request_launched_as_the_streaming_job_fails_its_wait(gcs, monke
     config = batch_config("dataflow.poll_interval_s=0.01")
     names = resource_names(config, "gf-reqwrong001")
     fake = FakeGoogleCloud().install(monkeypatch)
-    platform = GcpPlatform(config, clients=fake)
+    platform = GcpPlatform(config)
     streaming_name = job_name_for(names, config, "llm-inference")
     template_uri, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names, batch=True),
                                                     names, IMAGE, streaming_name, streaming=False)

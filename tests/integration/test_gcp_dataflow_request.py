@@ -59,7 +59,7 @@ def test_the_staged_streaming_job_request(case, bucket, monkeypatch):
     names = resource_names(config, f"gf-req{case}0001")
     job_name = job_name_for(names, config, "llm-inference")
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
-    platform = GcpPlatform(config, clients=fake)
+    platform = GcpPlatform(config)
 
     template_uri, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names), names, IMAGE,
                                                     job_name, streaming=True)
@@ -106,7 +106,7 @@ def test_a_container_python_other_than_the_launchers_is_refused_before_launch(bu
     names = resource_names(config, "gf-reqpy000001")
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
     with pytest.raises(DataflowJobFailed, match="unknown opcode"):
-        GcpPlatform(config, clients=fake).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
+        GcpPlatform(config).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
     assert fake.dataflow.requests == []
 
 
@@ -120,7 +120,7 @@ def test_an_update_replaces_only_a_running_job_of_that_name(bucket, monkeypatch)
     config = gcp_config("model.name=google/flan-t5-large", *FLEX)  # (no staging: the update request alone)
     names = resource_names(config, "gf-requpd00001")
     fake = FakeGoogleCloud().install(monkeypatch)
-    platform = GcpPlatform(config, clients=fake)
+    platform = GcpPlatform(config)
     job_name = job_name_for(names, config, "llm-inference")
     with pytest.raises(HttpError) as refused:
         platform.update_pipeline(pipeline_argv(config, names), names, IMAGE, job_name, {})

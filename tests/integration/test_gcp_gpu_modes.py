@@ -44,7 +44,8 @@ def test_right_fitting_puts_the_accelerator_hint_on_runinference_alone(gcs, monk
     config = gcp_config("gpu.request=resource_hint", "gpu.sharing=model_copies", "gpu.model_copies=2",
                         "worker.max_num_workers=2")
     names = resource_names(config, "gf-modehint01")
-    platform = GcpPlatform(config, clients=FakeGoogleCloud().install(monkeypatch))
+    FakeGoogleCloud().install(monkeypatch)
+    platform = GcpPlatform(config)
     _, request = platform.stage_template("llm_inference.py", pipeline_argv(config, names), names, IMAGE,
                                          job_name_for(names, config, "llm-inference"), streaming=True)
     assert violations(platform.staged_request(request)) == []  # Dataflow's constraints, as the launch checks them
@@ -80,7 +81,7 @@ def test_flex_template_launch_request_and_template_file(gcs, monkeypatch):
                         "dataflow.service_account=sa@gpuflow-gcp-test.iam.gserviceaccount.com")
     names = resource_names(config, "gf-modeflex01")
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
-    handle = GcpPlatform(config, clients=fake).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
+    handle = GcpPlatform(config).launch_pipeline(pipeline_argv(config, names), names, IMAGE)
 
     (request,) = fake.dataflow.calls("launch_flex_template")
     assert isinstance(request, dataflow_v1beta3.LaunchFlexTemplateRequest)

@@ -43,7 +43,7 @@ def config_of(*overrides):
 
 def test_the_janitor_removes_a_killed_runs_job_topics_and_objects_and_keeps_a_recorded_deployment(cloud):
     ephemeral, persistent = config_of(), config_of("deployment.mode=persistent", "deployment.name=chat")
-    platform = GcpPlatform(ephemeral, clients=cloud)
+    platform = GcpPlatform(ephemeral)
     # A live deployment: created by a run that has finished (its own subscriptions and objects are gone).
     deployer = resource_names(persistent, "gf-00000000aa")
     create_resources(persistent, deployer, platform.conn_id, lease=("llm_streaming_inference", "manual__deployed"))
@@ -75,7 +75,7 @@ def test_the_janitor_removes_a_killed_runs_job_topics_and_objects_and_keeps_a_re
     (stop,) = cloud.dataflow.calls("update_job")
     assert stop.job_id == orphan.id and JobState(stop.job.requested_state) == JobState.JOB_STATE_CANCELLED
     assert list_named(ephemeral, platform.conn_id, killed.prefix) == {"topics": [], "subscriptions": []}
-    assert platform.clients.dataflow.jobs[serving.id].stopped_state is None
+    assert cloud.dataflow.jobs[serving.id].stopped_state is None
     assert list_named(persistent, platform.conn_id, deployment_prefix("chat")) == deployment_before
     # Dataflow still lists a job while it is being cancelled; the cleanup's trigger polls until it has ended.
     assert [job["id"] for job in find_leftovers(ephemeral, platform, airflow_run_state)["jobs"]] == [orphan.id]
@@ -100,7 +100,7 @@ def test_what_is_only_named_like_gpuflows_survives_a_real_janitor_run_with_its_m
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
     config = config_of()
-    platform = GcpPlatform(config, clients=cloud)
+    platform = GcpPlatform(config)
     pubsub, gcs = PubSubHook(gcp_conn_id=platform.conn_id), GCSHook(gcp_conn_id=platform.conn_id)
     team_topics = ["gfd-analytics-events", "gf-0123456789-events"]
     for topic in team_topics:

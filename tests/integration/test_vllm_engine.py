@@ -57,10 +57,8 @@ def test_the_launch_passes_the_engine_and_the_export_writes_the_save_pretrained_
     assert argv[argv.index("--engine") + 1] == "vllm"
     assert argv[argv.index("--vllm-gpu-memory-utilization") + 1] == "0.9"
     from gpuflow.platform.gcp import GcpPlatform
-    from tests.gcp_fakes import FakeGoogleCloud
 
-    job = GcpPlatform(config, clients=FakeGoogleCloud()).custom_job(resource_names(config, "gf-vllm0001"), "gs://b/s.py",
-                                                                 "gs://b/export.lock")
+    job = GcpPlatform(config).custom_job(resource_names(config, "gf-vllm0001"), "gs://b/s.py", "gs://b/export.lock")
     assert "--save-pretrained" in job.job_spec.worker_pool_specs[0].container_spec.args[0]
 
 

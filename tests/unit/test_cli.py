@@ -95,7 +95,8 @@ def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch
         raise RuntimeError("stop here: nothing is staged in a unit test")
 
     monkeypatch.setattr("airflow.providers.apache.beam.hooks.beam.run_beam_command", record)
-    platform = gcp_platform.GcpPlatform(config, clients=FakeGoogleCloud())
+    FakeGoogleCloud().install(monkeypatch)
+    platform = gcp_platform.GcpPlatform(config)
     with pytest.raises(RuntimeError, match="stop here"):
         platform.launch_pipeline(pipeline_argv(config, names), names, image)
     assert ran == [staging]
@@ -115,12 +116,16 @@ def test_the_staging_acts_as_the_connections_impersonated_account(monkeypatch):
         raise RuntimeError("stop here")
 
     monkeypatch.setattr("airflow.providers.apache.beam.hooks.beam.run_beam_command", record)
-    cloud = FakeGoogleCloud()
-    cloud.chain = ["deployer@acme-ml-prod.iam.gserviceaccount.com", "gpuflow@acme-ml-prod.iam.gserviceaccount.com"]
+    import json
+
+    chain = "deployer@acme-ml-prod.iam.gserviceaccount.com,gpuflow@acme-ml-prod.iam.gserviceaccount.com"
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({  # the connection's chain, as a user sets it
+        "conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "impersonation_chain": chain}}))
+    FakeGoogleCloud().install(monkeypatch)
     config = load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod"])
     names = resource_names(config, "gf-0123456789")
     with pytest.raises(RuntimeError, match="stop here"):
-        GcpPlatform(config, clients=cloud).launch_pipeline(pipeline_argv(config, names), names, "img:1")
+        GcpPlatform(config).launch_pipeline(pipeline_argv(config, names), names, "img:1")
     assert ("--impersonate_service_account=deployer@acme-ml-prod.iam.gserviceaccount.com,"
             "gpuflow@acme-ml-prod.iam.gserviceaccount.com") in ran[0]
 

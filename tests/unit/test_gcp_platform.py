@@ -25,7 +25,9 @@ from tests.helpers import GCP_TEST_PROJECT
 
 
 def platform_with(fake, *overrides):
-    return GcpPlatform(gcp_test_config(*overrides), clients=fake)
+    """The real GcpPlatform, its clients made by gpuflow's own factory: ``fake`` must be installed."""
+    assert fake.installed, "install the fake first: FakeGoogleCloud().install(monkeypatch)"
+    return GcpPlatform(gcp_test_config(*overrides))
 
 
 # -- Vertex AI export ------------------------------------------------------------------------------------------
@@ -39,8 +41,8 @@ def platform_with(fake, *overrides):
      "n2-highmem-32", 300),
     (["model.name=acme/t5-custom", "model.parameters_m=5000"], "e2-highmem-16", 100),
 ])
-def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine, disk):
-    platform = platform_with(FakeGoogleCloud(), *overrides)
+def test_export_job_machine_and_disk_follow_the_guides_table(overrides, machine, disk, monkeypatch):
+    platform = platform_with(FakeGoogleCloud().install(monkeypatch), *overrides)
     names = resource_names(platform.config, "gf-0123456789")
     job = platform.custom_job(names, names.gcs_uri("code", "download_model.py"), names.gcs_uri("code", "export.lock"))
     assert isinstance(job, aiplatform_v1.CustomJob)
@@ -109,8 +111,8 @@ def test_fallback_jobs_get_names_of_their_own():
 # -- quota, GPU check ------------------------------------------------------------------------------------------
 
 
-def test_quota_must_cover_count_times_max_workers():
-    fake = FakeGoogleCloud(regions=FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 6)]}))
+def test_quota_must_cover_count_times_max_workers(monkeypatch):
+    fake = FakeGoogleCloud(regions=FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 6)]})).install(monkeypatch)
     platform = platform_with(fake, "gpu.count=1", "worker.max_num_workers=3")
     with pytest.raises(QuotaTooLow, match=r"NVIDIA_L4_GPUS quota is 8 with 6 in use, so 2 free, but the job needs 3"):
         check_quota(platform.config, platform)
@@ -133,20 +135,27 @@ def test_on_google_cloud_workers_without_a_gpu_fail_the_check(report, fails):
 # -- Cloud Build ---------------------------------------------------------------------------------------------
 
 
-def test_an_image_whose_tag_exists_is_not_built_again(tmp_path):
-    fake = FakeGoogleCloud()
+def test_an_image_whose_tag_exists_is_not_built_again(tmp_path, monkeypatch):
+    fake = FakeGoogleCloud().install(monkeypatch)
     image = f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/gpuflow/l4:3f2a9c0d"
     fake.registry.tags.add(image)
     platform = platform_with(fake)
     result = platform.build_image(tmp_path, image, resource_names(platform.config, "gf-0123456789"))
     assert (result.built, fake.build.requests) == (False, [])
     (lookup,) = fake.registry.requests
+    # gpuflow's own factory made the client, with the connection's credentials and the provider's client info
+    from airflow.providers.google.common.consts import CLIENT_INFO
+    from google.auth.credentials import AnonymousCredentials
+
+    ((made, kwargs),) = fake.clients_made
+    assert made == "ArtifactRegistryClient" and kwargs["client_info"] is CLIENT_INFO
+    assert isinstance(kwargs["credentials"], AnonymousCredentials)
     assert lookup.name == (f"projects/{GCP_TEST_PROJECT}/locations/us-central1/repositories/gpuflow/packages/l4/"
                            "tags/3f2a9c0d")
 
 
-def test_the_cloud_build_request():
-    platform = platform_with(FakeGoogleCloud(), "container.build_timeout_s=1800")
+def test_the_cloud_build_request(monkeypatch):
+    platform = platform_with(FakeGoogleCloud().install(monkeypatch), "container.build_timeout_s=1800")
     from gpuflow.naming import resource_names
 
     names = resource_names(platform.config, "gf-0123456789")

@@ -4,8 +4,8 @@ Vertex AI, Cloud Build and Dataflow are reached through the provider's ``CustomJ
 ``DataflowHook`` methods, and Dataflow's waits, listings and labels through its ``AsyncDataflowHook``. The clients
 here are those for which the provider (22.8.0) has no hook method: Cloud Monitoring's time series, Artifact Registry tags, Compute
 Engine quotas and accelerator types, Cloud Quotas. They are built with ``GoogleBaseHook``'s credentials and client
-info. Tests replace this class, and the GAPIC clients under the hooks, with fakes that check every request against
-the API's own types.
+info. Tests replace the GAPIC client classes this module constructs, and those under the hooks, with fakes that
+check every request against the API's own types, so the code here runs in tests as it runs in Airflow.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from gpuflow.platform.gcp_clients import GcpClients
 
 
 class GcpService:
-    def __init__(self, config: GpuflowConfig, clients: GcpClients | None = None):
+    def __init__(self, config: GpuflowConfig):
         self.config = config
         self.conn_id = config.gcp_conn_id
-        self.clients = clients or GcpClients(self.conn_id)
+        self.clients = GcpClients(self.conn_id)
 
     def environment(self):
         # The provider's hooks read the Airflow connection; nothing has to be set in this process.
