@@ -185,7 +185,7 @@ def _launch_plan(config, run_id: str, scratch: Path):
     names = resource_names(config, run_prefix("llm_streaming_inference", run_id))
     argv = pipeline_argv(config, names)
     image = config.container.image or (image_for(config, render_context(config, names, scratch))
-                                        if config.profile == "gcp" else "")
+                                        if config.traits.dataflow_workers else "")
     return names, argv, image, job_name_for(names, config, "llm-inference")
 
 
@@ -196,7 +196,7 @@ def launch_command_text(config, run_id: str) -> str:
 
     with tempfile.TemporaryDirectory() as scratch:
         names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch))
-    if config.profile == "local":
+    if not config.traits.dataflow_workers:
         from gpuflow.platform.local import LocalPlatform
 
         return "# the streaming pipeline on the local runner (emulators from `gpuflow emulators env`):\n" + \
@@ -258,7 +258,7 @@ def cmd_launch_command(args: argparse.Namespace) -> int:
     print(launch_command_text(config, args.run_id), end="")
     if not args.check:
         return 0
-    if config.profile != "gcp":
+    if not config.traits.dataflow_workers:
         print("# --check: the local profile sends nothing to Dataflow; nothing to check", file=sys.stderr)
         return 0
     broken = check_launch_request(config, args.run_id)

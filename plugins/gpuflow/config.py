@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpuflow.paths import project_path
+from gpuflow.profiles import PROFILES, ProfileTraits
 
 DEFAULT_CONFIG_FILE = project_path("configs/local.yaml")
 
@@ -435,6 +436,11 @@ class GpuflowConfig(_Section):
     deployment: DeploymentConfig = DeploymentConfig()
     janitor: JanitorConfig = JanitorConfig()
     dataproc: DataprocConfig | None = Field(None, description="A Dataproc Serverless GPU batch (optional).")
+
+    @property
+    def traits(self) -> ProfileTraits:
+        """What this profile's runner can and cannot do (``gpuflow.profiles``)."""
+        return PROFILES[self.profile]
 
     @property
     def uses_gpu(self) -> bool:

@@ -122,7 +122,7 @@ def resource_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
     # on its own subscription instead: a prompt may be answered twice, never lost). Dataflow drains: one
     # subscription serves every job of the deployment, as the rollout page describes.
     job_subscription = f"{serving}-{pubsub.prompts_subscription}"
-    if config.profile == "local":
+    if not config.traits.drains:
         job_subscription += "-" + prefix.removeprefix("gf-")
     return names.model_copy(update={
         "deployment": name,

@@ -111,7 +111,7 @@ def plan_rollout(config: GpuflowConfig, record: DeploymentRecord | None, image: 
                            why=f"changed: {listed}; {', '.join(fixed)} change the job's graph or worker pool, which "
                                "an update in place cannot: a new job starts on the same subscription, and the old "
                                "one is drained once the new one answers")
-    if config.profile == "local":
+    if not config.traits.updates_in_place:
         return RolloutPlan(path="replace", record=record, changed=changed,
                            why=f"changed: {listed}; the local DirectRunner cannot update a job in place, so a new "
                                "job replaces it")

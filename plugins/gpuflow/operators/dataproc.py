@@ -66,7 +66,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
         from gpuflow.triggers.cancelling import CancellingDataprocBatchTrigger
 
         config = self._config = config_from_json(self.config_json)
-        if config.profile == "local":
+        if not config.traits.managed_spark:
             return run_local_batch(config)
         batch_id = batch_id_for(names_for(context, config).prefix)
         context["ti"].xcom_push(key=DataprocConsoleLink.source_key,
@@ -121,7 +121,7 @@ class DataprocCleanupOperator(GpuflowStepOperator):
         from gpuflow.steps.dataproc_batch import delete_gcp_batch
 
         config = config_from_json(self.config_json)
-        if config.profile == "local":
+        if not config.traits.managed_spark:
             log.info("local Spark batch: nothing to clean up")
             return {"deleted_batch": None}
         batch_id = batch_id_for(names_for(context, config).prefix)

@@ -24,7 +24,7 @@ class GpuQuotaReportOperator(BaseOperator):
         from gpuflow.steps.quota import local_gpu_report
 
         config = config_from_params(context)
-        if config.profile == "local":
+        if not config.traits.gpu_quota:  # this machine's GPUs
             report = local_gpu_report(config)
             if report["count"] == 0 and not report["torch_cuda_devices"]:
                 log.warning("no GPU on this machine (%s); the local profile runs inference on CPU",

@@ -38,11 +38,10 @@ class PreflightOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         config = self.for_this_run(config_from_params(context), context)
-        zones_offering = None
-        if config.profile == "gcp":  # the region check asks Compute Engine (the catalog's table is the fallback)
-            from gpuflow.platform import get_platform
+        from gpuflow.platform import get_platform
 
-            zones_offering = get_platform(config).zones_offering
+        # gcp: the region check asks Compute Engine; local: None, and the catalog's table decides
+        zones_offering = get_platform(config).zones_offering
         result = validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}",
                                   zones_offering)
         if self.workflow == "inference" and config.deployment.mode == "persistent":

@@ -99,5 +99,9 @@ class Platform(Protocol):
         """How busy the GPUs were over [started, ended] (epoch seconds), when it can be read at once (nvidia-smi);
         None when it is read while the task defers (gcp: Cloud Monitoring, in gpuflow.triggers.monitoring)."""
 
+    #: The region's zones that offer a GPU type now, ``(gpu_type, region) -> zones`` (gcp: Compute Engine); None
+    #: where no service says so, and preflight reads the catalog's table.
+    zones_offering: Any
+
     def gpu_capacity(self) -> dict[str, Any]:
         """GPUs this profile can use: local devices, or regional quota headroom."""

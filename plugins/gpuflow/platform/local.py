@@ -102,6 +102,9 @@ def run_logged(command: list[str], env: dict[str, str] | None, what: str, timeou
 class LocalPlatform:
     conn_id = LOCAL_CONN_ID
 
+    #: No Compute Engine here: preflight's region check reads the catalog's table.
+    zones_offering = None
+
     def __init__(self, config: GpuflowConfig):
         self.config = config
         self.state_dir = Path(config.local.state_dir)

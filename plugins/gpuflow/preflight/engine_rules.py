@@ -61,7 +61,7 @@ def vllm_runs_here(config: GpuflowConfig) -> Iterator[Finding]:
     import importlib.util
     import shutil
 
-    if config.inference.engine != "vllm" or config.profile != "local":
+    if config.inference.engine != "vllm":
         return
     missing = [what for what, absent in (("a GPU (no nvidia-smi)", shutil.which("nvidia-smi") is None),
                                          ("the vllm package", importlib.util.find_spec("vllm") is None)) if absent]

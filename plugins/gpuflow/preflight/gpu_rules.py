@@ -222,7 +222,7 @@ def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
     if sharing == "single_process" and machine is not None and machine.vcpus == 1:
         yield info("gpu.sharing", f"{machine.name} has one vCPU, so it runs one SDK process anyway",
                    "no_use_multiple_sdk_containers is still sent; a single-vCPU custom type is the guide's alternative")
-    if config.profile == "gcp" and config.gpu.sharing == "auto" and share is not None and gpu is not None \
+    if config.traits.dataflow_workers and config.gpu.sharing == "auto" and share is not None and gpu is not None \
             and machine is not None:
         chosen = "one SDK process per worker (no_use_multiple_sdk_containers)" if sharing == "single_process" \
             else f"Dataflow's default of one SDK process per vCPU ({machine.vcpus}), each with its own copy"

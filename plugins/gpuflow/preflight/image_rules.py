@@ -80,15 +80,13 @@ def _recipe_for_workers(config: GpuflowConfig, recipe: str, cuda: int | None, dr
                       f"{driver}; {gpu.name}'s page asks only for >= {documented}, and {DRIVER_SOURCE}",
                       "run the GPU check job first, and read the job's 'GPU driver' log line; a CUDA 12 recipe "
                       "(l4) needs only >= 525")
-    elif driver and config.profile == "gcp":
+    elif driver and config.traits.dataflow_workers:
         yield info("container.recipe", f"recipe {recipe}'s torch is built for CUDA {cuda}: it needs driver >= "
                    f"{driver}; {DRIVER_SOURCE}", "the GPU check job confirms that torch sees the GPU")
 
 
 def export_lock(config: GpuflowConfig) -> Iterator[Finding]:
     """The export installs its lock on the prebuilt image's own torch and Python (gcp profile only)."""
-    if config.profile != "gcp":
-        return
     image = config.export.container_image
     versions = catalog.export_image_versions(image)
     if versions is None:

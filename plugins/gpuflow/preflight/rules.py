@@ -20,7 +20,7 @@ from gpuflow.preflight.gpu_rules import (
     region_offers_gpu_now,
     streaming_right_fitting_autoscales,
 )
-from gpuflow.preflight.image_rules import IMAGE_RULES
+from gpuflow.preflight.image_rules import IMAGE_RULES, export_lock
 
 Rule = Callable[[GpuflowConfig], Iterator[Finding]]
 
@@ -33,13 +33,13 @@ PLACEHOLDER_PROJECTS = {"gpuflow-local", "my-gcp-project"}
 
 
 def gcp_project_is_real(config: GpuflowConfig) -> Iterator[Finding]:
-    if config.profile == "gcp" and config.project in PLACEHOLDER_PROJECTS:
+    if config.project in PLACEHOLDER_PROJECTS:
         yield error("project", f"{config.project!r} is gpuflow's placeholder, not your Google Cloud project",
                     "set project to your project id (gcloud config get-value project)")
 
 
 def gcp_runs_on_gpu(config: GpuflowConfig) -> Iterator[Finding]:
-    if config.profile == "gcp" and not config.require_gpu:
+    if not config.require_gpu:
         yield warning("require_gpu", "on Google Cloud a worker without a working GPU would still run (on CPU) and "
                       "bill for the GPU it cannot use", "set require_gpu: true")
 
@@ -84,18 +84,32 @@ def model_name_resolvable(config: GpuflowConfig) -> Iterator[Finding]:
             f"{name} is not a Hugging Face model directory (no config.json there)",
             f"point model.name at a directory written by save_pretrained, or use '{DEMO_MODEL_NAME}'",
         )
-    elif not looks_like_path and not Path(name).exists() and config.profile == "local":
-        yield warning(
-            "model.name",
-            f"{name} looks like a hub name; the local profile can only load it if it is in the Hugging Face cache",
-            f"use a local directory or '{DEMO_MODEL_NAME}' on machines without internet access",
-        )
+
+
+def hub_model_cached_locally(config: GpuflowConfig) -> Iterator[Finding]:
+    name = config.model.name
+    if name in DEMO_MODELS or name.startswith(("gs://", "/", ".", "~")) or Path(name).exists():
+        return
+    yield warning(
+        "model.name",
+        f"{name} looks like a hub name; the local profile can only load it if it is in the Hugging Face cache",
+        f"use a local directory or '{DEMO_MODEL_NAME}' on machines without internet access",
+    )
 
 
 def demo_model_is_local_only(config: GpuflowConfig) -> Iterator[Finding]:
-    if config.model.name in DEMO_MODELS and config.profile == "gcp":
+    if config.model.name in DEMO_MODELS:
         yield error("model.name", f"'{config.model.name}' is built on the local machine; the gcp profile exports a "
                     "model in a Vertex AI job", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")
+
+
+def batch_paths_on_gcs(config: GpuflowConfig) -> Iterator[Finding]:
+    batch = config.batch
+    for key, path in (("batch.input", batch.input), ("batch.output", batch.output),
+                      ("batch.dead_letter_output", batch.dead_letter_output)):
+        if not path.startswith("gs://"):
+            yield error(key, f"{path!r} is no gs:// path, and Dataflow workers cannot read this machine's disk",
+                        f"set {key} to a gs://BUCKET/... path")
 
 
 def batch_locations_usable(config: GpuflowConfig) -> Iterator[Finding]:
@@ -104,9 +118,6 @@ def batch_locations_usable(config: GpuflowConfig) -> Iterator[Finding]:
     paths = {"batch.input": batch.input, "batch.output": batch.output,
              "batch.dead_letter_output": batch.dead_letter_output}
     for key, path in paths.items():
-        if config.profile == "gcp" and not path.startswith("gs://"):
-            yield error(key, f"{path!r} is no gs:// path, and Dataflow workers cannot read this machine's disk",
-                        f"set {key} to a gs://BUCKET/... path")
         if key != "batch.input" and any(mark in path for mark in "*?["):
             yield error(key, f"{path!r} is a folder to write, not a glob", f"set {key} to a folder without wildcards")
     folders = {"batch.output": batch.output, "batch.dead_letter_output": batch.dead_letter_output}
@@ -128,6 +139,7 @@ CONFIG_RULES: list[Rule] = [
     streaming_batches_across_bundles,
     gpu_worker_disk,
     model_name_resolvable,
+    hub_model_cached_locally,
     *GPU_RULES,
     *IMAGE_RULES,
     dataproc_findings,
@@ -141,7 +153,7 @@ def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Find
     """The launcher pickles the pipeline; the container must unpickle it with the same Beam and Python.
 
     Only in launch.mode direct: a Flex Template launches from the worker image itself."""
-    if config.launch.mode == "flex_template" and config.profile == "gcp":
+    if config.launch.mode == "flex_template" and config.traits.dataflow_workers:
         return
     local_python = f"{sys.version_info.major}.{sys.version_info.minor}"
     if local_python != config.python_version:
@@ -169,8 +181,6 @@ def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Find
 
 def gcp_connection_defined(config: GpuflowConfig) -> Iterator[Finding]:
     """The gcp profile's hooks read this Airflow connection; a missing one would fail after setup began."""
-    if config.profile != "gcp":
-        return
     try:
         from airflow.sdk import BaseHook
 
@@ -182,8 +192,6 @@ def gcp_connection_defined(config: GpuflowConfig) -> Iterator[Finding]:
 
 
 def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
-    if config.profile != "local":
-        return
     from gpuflow.emulators import pubsub_answers, storage_answers
 
     if not pubsub_answers(config):
@@ -203,7 +211,7 @@ def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
 def java_for_local_spark(config: GpuflowConfig) -> Iterator[Finding]:
     import shutil
 
-    if config.profile == "local" and shutil.which("java") is None:
+    if shutil.which("java") is None:
         yield error("profile", "local Spark needs Java (17) and there is no java on PATH",
                     "install a Java 17 runtime (Debian: openjdk-17-jre-headless)")
 
@@ -230,7 +238,7 @@ WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
     "inference": [demo_model_is_local_only, streaming_right_fitting_autoscales, persistent_deployment_usable],
     # Right fitting is supported for batch pipelines without conditions (docs.cloud.google.com/dataflow/docs/guides/
     # right-fitting, "Support and limitations"), so the streaming rule is not among the batch's.
-    "batch": [demo_model_is_local_only, batch_locations_usable],
+    "batch": [demo_model_is_local_only, batch_locations_usable, batch_paths_on_gcs],
     "dataproc": [],
     "maintenance": [],
 }
@@ -244,6 +252,15 @@ ENVIRONMENT_RULES: dict[str, list[Rule]] = {
 }
 
 
+#: The rules of one profile only: run_preflight drops the other profile's (the one place preflight picks by profile;
+#: the rules themselves never ask).
+PROFILE_RULES: dict[str, set[Rule]] = {
+    "gcp": {gcp_project_is_real, gcp_runs_on_gpu, demo_model_is_local_only, batch_paths_on_gcs, gcp_connection_defined,
+            export_lock},
+    "local": {hub_model_cached_locally, emulators_answer, java_for_local_spark, vllm_runs_here},
+}
+
+
 def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference",
                   zones_offering: ZonesOffering | None = None) -> list[Finding]:
     """Every rule of the workflow. ``zones_offering`` (gcp, from the platform): the region check asks Compute
@@ -251,6 +268,8 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
     # The teardown and the janitor start no job: the configuration's job rules do not apply to them.
     config_rules = [gcp_project_is_real] if workflow == "maintenance" else CONFIG_RULES
     rules = config_rules + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
+    others = set().union(*(own for profile, own in PROFILE_RULES.items() if profile != config.profile))
+    rules = [rule for rule in rules if rule not in others]
     if not config.uses_gpu:  # CPU workers (gpu.type none): the CPU rules in place of the GPU ones
         rules = [rule for rule in rules if rule not in (*GPU_RULES, gcp_runs_on_gpu)] + CPU_RULES
     if zones_offering is not None:

@@ -21,7 +21,7 @@ def judge_gpu_report(config: GpuflowConfig, report: dict[str, Any]) -> dict[str,
         log.info("the workers see a GPU: %s", report.get("torch", {}).get("devices"))
         return report
     reasons = "; ".join(report.get("errors", [])) or "no GPU framework installed"
-    if config.profile == "gcp" or config.require_gpu:
+    if config.traits.gpus_billed or config.require_gpu:
         raise NoGpuOnWorkers(
             f"the workers see no GPU ({reasons}). Fix: check that worker_accelerator carries "
             "install-nvidia-driver, that gpu.machine_type fits gpu.type, and that the image has a CUDA build of torch "

@@ -50,7 +50,7 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
         argv.append("--chat-template")
     if config.inference.engine == "vllm":
         argv += ["--engine", "vllm", "--vllm-gpu-memory-utilization", str(config.inference.vllm_gpu_memory_utilization)]
-    if right_fitting(config) and config.profile == "gcp":
+    if right_fitting(config) and config.traits.resource_hints:
         argv += ["--accelerator-hint", accelerator_hint(config)]
     if config.gpu.sharing == "model_copies":
         argv += ["--model-copies", str(config.gpu.model_copies)]
@@ -59,9 +59,8 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
         from gpuflow.naming import pointer_folder
 
         # RunInference's automatic model refresh: the job switches to each new version pointer written there.
-        # Dataflow runs Beam's WatchFilePattern side input; the local DirectRunner cannot, so its handler polls.
         argv += ["--model-refresh-folder", pointer_folder(config, names.deployment),
-                 "--model-refresh", "poll" if config.profile == "local" else "side_input",
+                 "--model-refresh", config.traits.model_refresh,
                  "--model-refresh-interval-s", str(config.deployment.refresh_interval_s)]
     return argv
 
@@ -75,7 +74,7 @@ def start_next_placement(config: GpuflowConfig, names: ResourceNames, image: str
 
     placement = next_placement(config, after, failures)
     platform = get_platform(placement.config)
-    if placement.config.profile == "gcp":  # again, right before the start: another run may have taken GPUs since
+    if placement.config.traits.gpu_quota:  # again, right before the start: another run may have taken GPUs since
         check_quota(placement.config, platform)
     return placement, platform.launch_pipeline(pipeline_argv(placement.config, names, batch), names, image,
                                                streaming=not batch)

@@ -22,7 +22,7 @@ def check_quota(config: GpuflowConfig, platform: Platform) -> dict[str, Any]:
         log.info("gpu.type none: CPU workers, so no GPU quota to check")
         return {"source": "none", "readings": [], "enough": True, "note": "gpu.type none: CPU workers"}
     capacity = platform.gpu_capacity()
-    if config.profile == "local":
+    if not config.traits.gpu_quota:  # this machine's GPUs
         if capacity["count"]:
             log.info("local GPUs: %s", capacity["gpus"])
         else:

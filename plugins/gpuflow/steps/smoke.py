@@ -72,8 +72,9 @@ def check_gpu_usage(config: GpuflowConfig, usage: dict[str, Any]) -> None:
     log.info("%s", format_gpu_usage(usage))
     if not config.uses_gpu:
         return
-    if config.profile != "gcp" or config.smoke_test.gpu_usage == "ignore" or "max_utilization" not in usage:
-        if config.profile == "gcp" and "note" in usage:
+    judged = config.traits.gpu_usage_judged
+    if not judged or config.smoke_test.gpu_usage == "ignore" or "max_utilization" not in usage:
+        if judged and "note" in usage:
             log.warning("%s; the GPU check was not possible", usage["note"])
         return
     if usage["max_utilization"] > 0:

@@ -87,7 +87,7 @@ class LocalInputTrigger(SettlingTrigger):
 def input_trigger(config: Any) -> SettlingTrigger | BoundedGcsBlobTrigger:
     """The trigger that waits up to batch.input_wait_s for batch.input (a filled glob) to match a file."""
     batch = config.batch
-    if config.profile == "local":
+    if config.traits.storage_emulator:
         return LocalInputTrigger(batch.input, config.local.storage_emulator_host, config.project,
                                  batch.input_wait_s, batch.input_poll_interval_s)
     bucket, _, name_glob = batch.input.removeprefix("gs://").partition("/")
