@@ -175,27 +175,31 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch_plan(config, run_id: str, scratch: Path):
+#: The DAG whose launch ``launch-command`` shows, unless --dag-id names another (the run's names derive from both).
+STREAMING_DAG_ID = "llm_streaming_inference"
+
+
+def _launch_plan(config, run_id: str, scratch: Path, dag_id: str = STREAMING_DAG_ID):
     """The resource names, pipeline arguments, image and job name of the streaming launch for this run."""
     from gpuflow.naming import resource_names, run_prefix
     from gpuflow.platform.dataflow_options import job_name_for
     from gpuflow.steps.container import image_for, render_context
     from gpuflow.steps.launch import pipeline_argv
 
-    names = resource_names(config, run_prefix("llm_streaming_inference", run_id))
+    names = resource_names(config, run_prefix(dag_id, run_id))
     argv = pipeline_argv(config, names)
     image = config.container.image or (image_for(config, render_context(config, names, scratch))
                                         if config.traits.dataflow_workers else "")
     return names, argv, image, job_name_for(names, config, "llm-inference")
 
 
-def launch_command_text(config, run_id: str) -> str:
+def launch_command_text(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> str:
     """What the launch task runs for this configuration and run, as shell lines a person can run."""
     import shlex
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
-        names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch))
+        names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch), dag_id)
     if not config.traits.dataflow_workers:
         from gpuflow.platform.local import LocalPlatform
 
@@ -206,14 +210,14 @@ def launch_command_text(config, run_id: str) -> str:
     if config.launch.mode == "flex_template":
         _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
         return "\n".join([
-            f"# run {run_id!r} of llm_streaming_inference (prefix {names.prefix}), image {image}",
+            f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {image}",
             "# launch.mode flex_template: no command runs in Airflow. The launch task writes the template file",
             f"# {request.launch_parameter.container_spec_gcs_path} and sends this LaunchFlexTemplateRequest:",
             type(request).to_json(request),
             "",
         ])
     return "\n".join([
-        f"# run {run_id!r} of llm_streaming_inference (prefix {names.prefix}), image {image}",
+        f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {image}",
         "# 1. Beam's DataflowRunner writes the job request to GCS (drop --template_location to submit directly):",
         shlex.join(staging_command(config, names, "llm_inference.py", argv, image, job_name, streaming=True)),
         "# 2. start it (the launch task does this through the Dataflow Templates API):",
@@ -223,7 +227,7 @@ def launch_command_text(config, run_id: str) -> str:
     ])
 
 
-def check_launch_request(config, run_id: str) -> list[str]:
+def check_launch_request(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> list[str]:
     """The streaming launch's request, read as Dataflow would receive it, against Dataflow's documented constraints:
     a Flex Template's launch request as built; a direct launch's job as Beam stages it into a local GCS emulator."""
     import tempfile
@@ -236,7 +240,7 @@ def check_launch_request(config, run_id: str) -> list[str]:
 
     cuda = image_cuda(config)
     with tempfile.TemporaryDirectory() as scratch:
-        names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch))
+        names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch), dag_id)
     if config.launch.mode == "flex_template":
         _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
         view = from_flex_launch(request.launch_parameter, cuda)
@@ -255,13 +259,13 @@ def cmd_launch_command(args: argparse.Namespace) -> int:
         print(format_findings(errors), file=sys.stderr)
         print("launch-command: the configuration has errors; fix them first (`gpuflow preflight`)", file=sys.stderr)
         return 1
-    print(launch_command_text(config, args.run_id), end="")
+    print(launch_command_text(config, args.run_id, args.dag_id), end="")
     if not args.check:
         return 0
     if not config.traits.dataflow_workers:
         print("# --check: the local profile sends nothing to Dataflow; nothing to check", file=sys.stderr)
         return 0
-    broken = check_launch_request(config, args.run_id)
+    broken = check_launch_request(config, args.run_id, args.dag_id)
     for problem in broken:
         print(f"request check: {problem}", file=sys.stderr)
     print(f"# request check: {'FAILED' if broken else 'ok'} (Dataflow's documented constraints, "
@@ -333,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch = commands.add_parser("launch-command", help="print the exact command line the launch task runs")
     _add_config_args(launch)
     launch.add_argument("--run-id", default="manual", help="the DAG run id the resource names derive from")
+    launch.add_argument("--dag-id", default=STREAMING_DAG_ID,
+                        help="the DAG of that run (the names derive from both; default: %(default)s)")
     launch.add_argument("--check", action="store_true",
                         help="gcp: read the request Dataflow would receive (a direct launch is staged by Beam into a "
                              "local GCS emulator; nothing is sent to Google) and check it against Dataflow's "
