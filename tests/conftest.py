@@ -202,7 +202,8 @@ def create_calls(monkeypatch):
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
-    import gpuflow.platform.local as local_platform
+    import gpuflow.platform.local_jobs as local_jobs
+    from gpuflow.platform.processes import LABELS_VARIABLE
 
     calls: list[tuple[str, str, dict]] = []
 
@@ -218,9 +219,9 @@ def create_calls(monkeypatch):
         "subscription", PubSubHook.create_subscription, lambda a, k: k["subscription"], lambda a, k: k.get("labels")))
     monkeypatch.setattr(GCSHook, "create_bucket", recording(
         "bucket", GCSHook.create_bucket, lambda a, k: k["bucket_name"], lambda a, k: k.get("labels")))
-    monkeypatch.setattr(local_platform, "spawn_logged", recording(
-        "process", local_platform.spawn_logged, lambda a, k: str(a[1]),
-        lambda a, k: json_module.loads(a[2].get(local_platform.LABELS_VARIABLE, "{}"))))
+    monkeypatch.setattr(local_jobs, "spawn_logged", recording(
+        "process", local_jobs.spawn_logged, lambda a, k: str(a[1]),
+        lambda a, k: json_module.loads(a[2].get(LABELS_VARIABLE, "{}"))))
     return calls
 
 

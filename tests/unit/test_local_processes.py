@@ -1,11 +1,11 @@
-"""Every process gpuflow starts is detached from the task that starts it (``gpuflow.platform.local.DETACHED``)."""
+"""Every process gpuflow starts is detached from the task that starts it (``gpuflow.platform.processes.DETACHED``)."""
 
 import os
 import signal
 import sys
 import time
 
-from gpuflow.platform.local import spawn_logged
+from gpuflow.platform.processes import spawn_logged
 
 
 def test_a_spawned_job_reads_no_stdin_runs_in_its_own_group_and_inherits_no_descriptor(tmp_path):

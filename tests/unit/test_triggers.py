@@ -17,7 +17,7 @@ from google.cloud.devtools import cloudbuild_v1
 from gpuflow.config_loading import load_config
 from gpuflow.emulators import process_alive
 from gpuflow.platform import JobHandle
-from gpuflow.platform.local import PIPELINE_RUNNING_MARKER, is_gpuflow_process, spawn_logged
+from gpuflow.platform.processes import PIPELINE_RUNNING_MARKER, is_gpuflow_process, spawn_logged
 from gpuflow.triggers import job_trigger
 from tests.gcp_fakes import (
     BATCH_SUCCEEDS,

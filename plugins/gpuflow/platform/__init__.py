@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from gpuflow.config import GpuflowConfig
-from gpuflow.platform.base import ImageBuildResult, JobHandle, Platform
+from gpuflow.platform.base import (
+    ExportBackend,
+    GpuBackend,
+    ImageBackend,
+    ImageBuildResult,
+    JobBackend,
+    JobHandle,
+    Platform,
+)
 
-__all__ = ["ImageBuildResult", "JobHandle", "Platform", "get_platform"]
+__all__ = ["ExportBackend", "GpuBackend", "ImageBackend", "ImageBuildResult", "JobBackend", "JobHandle", "Platform",
+           "get_platform"]
 
 
 def get_platform(config: GpuflowConfig) -> Platform:

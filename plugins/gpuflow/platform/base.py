@@ -1,4 +1,5 @@
-"""The four concerns that differ by profile, and the job handle that crosses tasks."""
+"""The backends that differ by profile (export, image, jobs, GPUs), narrow protocols each, and the job handle that
+crosses tasks."""
 
 from __future__ import annotations
 
@@ -33,14 +34,15 @@ class ImageBuildResult(BaseModel):
     job: JobHandle | None = None  # a remote build still running (its task defers until it ends)
 
 
-class Platform(Protocol):
-    """Where the profile-specific work runs. Everything else in gpuflow is written once."""
+class Backend(Protocol):
+    """What every backend carries: the run's configuration, and the Airflow connection its hooks use."""
 
     config: GpuflowConfig
     conn_id: str
 
-    def environment(self) -> contextlib.AbstractContextManager[Any]:
-        """What must be set in this process while hooks and subprocesses run."""
+
+class ExportBackend(Backend, Protocol):
+    """The model export: a Vertex AI custom job (gcp), or download_model.py here (local)."""
 
     def export_model(self, model_name: str, names: ResourceNames) -> JobHandle | None:
         """Write the model's bf16 state_dict (and config, tokenizer) under ``names``.
@@ -51,6 +53,10 @@ class Platform(Protocol):
     def cancel_export(self, job_name: str) -> None:
         """Cancel a remote export job (on_kill); the local profile has none."""
 
+
+class ImageBackend(Backend, Protocol):
+    """The worker image: Cloud Build into Artifact Registry (gcp), or a Docker engine where one answers (local)."""
+
     def build_image(self, context_dir: Path, image: str, names: ResourceNames) -> ImageBuildResult:
         """Build the worker container from a rendered context, or say plainly why it was not built.
 
@@ -58,6 +64,11 @@ class Platform(Protocol):
 
     def cancel_build(self, build_id: str) -> None:
         """Cancel a remote build (on_kill); the local profile has none."""
+
+
+class JobBackend(Backend, Protocol):
+    """The Beam jobs (the GPU check, the inference pipeline): Dataflow jobs (gcp), or processes on the local runner.
+    Each is started without waiting; its task defers on the trigger for its handle (``gpuflow.triggers``)."""
 
     def start_gpu_check(self, names: ResourceNames, image: str) -> JobHandle:
         """Start beam_jobs/gpu_check.py where the workers run; the task defers until it is done."""
@@ -81,7 +92,7 @@ class Platform(Protocol):
 
     def update_pipeline(self, argv: list[str], names: ResourceNames, image: str, job_name: str,
                         transform_name_mapping: dict[str, str]) -> JobHandle:
-        """Replace the running streaming job ``job_name`` in place (Dataflow's update); gcp only."""
+        """Replace the running streaming job ``job_name`` in place (Dataflow's update; ``config.traits``)."""
 
     def stop_pipeline(self, handle: JobHandle) -> bool:
         """Stop the job and wait (bounded) until it has; True if it was still running."""
@@ -95,13 +106,25 @@ class Platform(Protocol):
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """Jobs of this run found without a handle (for cleanup after a failed launch)."""
 
-    def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any] | None:
-        """How busy the GPUs were over [started, ended] (epoch seconds), when it can be read at once (nvidia-smi);
-        None when it is read while the task defers (gcp: Cloud Monitoring, in gpuflow.triggers.monitoring)."""
+
+class GpuBackend(Backend, Protocol):
+    """What is known of the GPUs: quota and zones (Compute Engine) or this machine's devices, and their usage."""
 
     #: The region's zones that offer a GPU type now, ``(gpu_type, region) -> zones`` (gcp: Compute Engine); None
     #: where no service says so, and preflight reads the catalog's table.
     zones_offering: Any
 
+    def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any] | None:
+        """How busy the GPUs were over [started, ended] (epoch seconds), when it can be read at once (nvidia-smi);
+        None when it is read while the task defers (gcp: Cloud Monitoring, in gpuflow.triggers.monitoring)."""
+
     def gpu_capacity(self) -> dict[str, Any]:
         """GPUs this profile can use: local devices, or regional quota headroom."""
+
+
+class Platform(ExportBackend, ImageBackend, JobBackend, GpuBackend, Protocol):
+    """A profile's backends together, with what they share: the configuration, the connection, the environment.
+    Each step takes the narrow backend it uses; only the operators hold the whole platform."""
+
+    def environment(self) -> contextlib.AbstractContextManager[Any]:
+        """What must be set in this process while hooks and subprocesses run."""

@@ -7,14 +7,14 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import JobHandle, Platform
+from gpuflow.platform import JobBackend, JobHandle
 from gpuflow.rollout import DeploymentRecord
 from gpuflow.steps.resources import delete_resources
 
 log = logging.getLogger(__name__)
 
 
-def request_stops(names: ResourceNames, platform: Platform, handle: JobHandle | None,
+def request_stops(names: ResourceNames, platform: JobBackend, handle: JobHandle | None,
                   keep: str | None = None) -> list[JobHandle]:
     """Ask every job of the run (by handle, and by the run's prefix) to stop, except ``keep`` (the job id a
     deployment serves on); return those that were running."""
@@ -27,7 +27,7 @@ def request_stops(names: ResourceNames, platform: Platform, handle: JobHandle | 
     return stopping
 
 
-def delete_run_resources(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+def delete_run_resources(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
                          stopped: list[str], pubsub: bool = True, serving: DeploymentRecord | None = None
                          ) -> dict[str, Any]:
     """Once the jobs have stopped: delete the run's topics and subscriptions (``pubsub``) and objects. A

@@ -10,7 +10,7 @@ from typing import Any
 from gpuflow.config import GpuflowConfig
 from gpuflow.containers import check_dockerfile, context_digest, render_recipe
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import Platform
+from gpuflow.platform import ImageBackend
 from gpuflow.platform.base import ImageBuildResult
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def render_context(config: GpuflowConfig, names: ResourceNames, work_dir: Path |
     return context_dir
 
 
-def build_container(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+def build_container(config: GpuflowConfig, names: ResourceNames, platform: ImageBackend,
                     work_dir: Path | None = None) -> dict[str, Any]:
     """Render, check and build; a remote build is only started (the result's ``job``: the task defers on it). An
     image named in container.image is used as it is: no recipe is rendered for it and nothing is built."""

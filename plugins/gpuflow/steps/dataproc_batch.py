@@ -40,7 +40,7 @@ def run_local_batch(config: GpuflowConfig) -> dict[str, Any]:
     """Local Spark with one thread group per executor; a machine without nvidia-smi reports 0 GPUs."""
     import os
 
-    from gpuflow.platform.local import run_logged
+    from gpuflow.platform.processes import run_logged
 
     batch = config.dataproc
     threads = batch.executor_instances * batch.local_threads

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames, deployment_folder, deployment_prefix
-from gpuflow.platform import JobHandle, Platform
+from gpuflow.platform import JobBackend, JobHandle
 from gpuflow.platform.records import Records
 from gpuflow.rollout import DeploymentRecord, RolloutPlan, job_options, plan_rollout
 
@@ -27,7 +27,7 @@ def expected_image(config: GpuflowConfig, names: ResourceNames) -> str:
         return image_for(config, render_context(config, names, Path(work_dir)))
 
 
-def plan(config: GpuflowConfig, names: ResourceNames, platform: Platform) -> RolloutPlan:
+def plan(config: GpuflowConfig, names: ResourceNames, platform: JobBackend) -> RolloutPlan:
     """Which path this run takes, from the deployment's record and whether its job still runs."""
     record = Records(config, platform.conn_id).read(names.deployment)
     running = bool(record) and platform.job_running(JobHandle.model_validate(record.job))
@@ -36,7 +36,7 @@ def plan(config: GpuflowConfig, names: ResourceNames, platform: Platform) -> Rol
     return rollout
 
 
-def roll_out_weights(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+def roll_out_weights(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
                      rollout: RolloutPlan) -> JobHandle:
     """The weights path: point the running job at the run's new version; its handle is the recorded job's."""
     Records(config, platform.conn_id).write_pointer(names.deployment, names.model_version, names.model_dir_uri,
@@ -44,7 +44,7 @@ def roll_out_weights(config: GpuflowConfig, names: ResourceNames, platform: Plat
     return JobHandle.model_validate(rollout.record.job)
 
 
-def ensure_version_pointer(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+def ensure_version_pointer(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
                            record: DeploymentRecord | None) -> str | None:
     """Before a deployment's job starts, its pointer folder must hold a pointer: Beam 2.77's WatchFilePattern
     "expects at least one file present that matches the file_pattern" at startup, and on an empty folder its side
@@ -63,7 +63,7 @@ def ensure_version_pointer(config: GpuflowConfig, names: ResourceNames, platform
     return records.write_pointer(names.deployment, record.model_version, record.model_dir_uri, record.state_dict_uri)
 
 
-def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: Platform, image: str,
+def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, image: str,
                     rollout: RolloutPlan) -> JobHandle:
     """The update path: Dataflow replaces the recorded job in place, under its name."""
     from gpuflow.steps.launch import pipeline_argv
@@ -72,7 +72,7 @@ def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: Platf
                                     config.deployment.transform_name_mapping)
 
 
-def promote(config: GpuflowConfig, names: ResourceNames, platform: Platform, rollout: RolloutPlan,
+def promote(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, rollout: RolloutPlan,
             handle: JobHandle, image: str, run_id: str) -> JobHandle | None:
     """The new version answered: record it as the deployment's state. On the replace path, ask the old job to drain
     (so that what it holds is answered) and return it, for the task to wait until it has stopped."""
@@ -93,7 +93,7 @@ def promote(config: GpuflowConfig, names: ResourceNames, platform: Platform, rol
     return None
 
 
-def after_replaced_job(config: GpuflowConfig, names: ResourceNames, platform: Platform,
+def after_replaced_job(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
                        rollout: RolloutPlan) -> list[str]:
     """Once the replaced job has stopped: its own subscription goes, if it had one (the local profile), after its
     backlog is handed to the topic, where the new job's subscription gets it."""
@@ -132,7 +132,7 @@ def hand_over_backlog(config: GpuflowConfig, conn_id: str, subscription: str, to
     return moved
 
 
-def roll_back(config: GpuflowConfig, names: ResourceNames, platform: Platform, rollout: RolloutPlan,
+def roll_back(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, rollout: RolloutPlan,
               pushed: JobHandle | None, run_id: str) -> dict[str, Any]:
     """The run did not promote its version: what serves stays as recorded. Weights: point the job back at the
     recorded version (the new one may have loaded). A new job (replace, new) is stopped by cleanup as one of the
@@ -193,7 +193,7 @@ def deployment_resources(config: GpuflowConfig, conn_id: str, name: str) -> dict
     return list_named(config, conn_id, deployment_prefix(name) + "-")
 
 
-def tear_down(config: GpuflowConfig, platform: Platform, name: str, stopped: list[str]) -> dict[str, Any]:
+def tear_down(config: GpuflowConfig, platform: JobBackend, name: str, stopped: list[str]) -> dict[str, Any]:
     """Once the deployment's job has stopped: its subscriptions, topics, model folder and record go."""
     from gpuflow.steps.resources import delete_objects, delete_subscriptions, delete_topics
 

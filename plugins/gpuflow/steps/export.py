@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import Platform
+from gpuflow.platform import ExportBackend
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None
     return json.loads(gcs.download(bucket, marker_object))
 
 
-def export_model(config: GpuflowConfig, names: ResourceNames, platform: Platform) -> dict[str, Any]:
+def export_model(config: GpuflowConfig, names: ResourceNames, platform: ExportBackend) -> dict[str, Any]:
     """Export, unless the same model in bf16 already lies at the target path (a retry, or a re-run).
 
     A remote export is only started: the result's ``job`` is its handle, and the task defers until it ends."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import DEPLOYMENTS_FOLDER, deployment_folder, deployment_prefix
-from gpuflow.platform import Platform
+from gpuflow.platform import JobBackend
 from gpuflow.platform.records import DEPLOYMENT_MARK, Records
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class Claims:
         return mine
 
 
-def find_leftovers(config: GpuflowConfig, platform: Platform, dagrun_state: DagRunState) -> dict[str, list]:
+def find_leftovers(config: GpuflowConfig, platform: JobBackend, dagrun_state: DagRunState) -> dict[str, list]:
     """What gpuflow made (by its labels and owner marks) that no running DAG run and no recorded deployment owns,
     and, under ``left_alone``, what is named like gpuflow's but is not provably its."""
     from gpuflow.steps.resources import list_labeled
@@ -210,7 +210,7 @@ def _deployment_folders(config: GpuflowConfig, records: Records) -> list[str]:
                    if name.count("/") >= 3})
 
 
-def clean_up(config: GpuflowConfig, platform: Platform, leftovers: dict[str, list]) -> dict[str, Any]:
+def clean_up(config: GpuflowConfig, platform: JobBackend, leftovers: dict[str, list]) -> dict[str, Any]:
     """Delete what ``find_leftovers`` found (its jobs were asked to stop first); what fails is reported, not hidden."""
     from gpuflow.steps.resources import delete_objects, delete_subscriptions, delete_topics, delete_whole_bucket
 

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from gpuflow.config import GpuflowConfig
-from gpuflow.platform import Platform
+from gpuflow.platform import GpuBackend
 from gpuflow.platform.local import LocalPlatform
 
 log = logging.getLogger(__name__)
@@ -16,7 +16,7 @@ class QuotaTooLow(RuntimeError):
     pass
 
 
-def check_quota(config: GpuflowConfig, platform: Platform) -> dict[str, Any]:
+def check_quota(config: GpuflowConfig, platform: GpuBackend) -> dict[str, Any]:
     """gcp: the regional quota of the GPU's metric must cover the need. local: report this machine's GPUs."""
     if not config.uses_gpu:
         log.info("gpu.type none: CPU workers, so no GPU quota to check")

@@ -35,7 +35,7 @@ class LocalProcessTrigger(SettlingTrigger):
 
     def _check(self) -> dict[str, Any] | None:
         from gpuflow.emulators import process_alive
-        from gpuflow.platform.local import PIPELINE_RUNNING_MARKER, exit_status
+        from gpuflow.platform.processes import PIPELINE_RUNNING_MARKER, exit_status
 
         path = Path(self.log_path)
         if self.until == "running" and path.exists() and PIPELINE_RUNNING_MARKER in path.read_text(errors="replace"):
@@ -72,7 +72,7 @@ class LocalProcessTrigger(SettlingTrigger):
     async def on_kill(self) -> None:
         """A user killed the deferred task: stop the process group (only if it still runs one of our scripts)."""
         from gpuflow.emulators import stop_process_group
-        from gpuflow.platform.local import is_gpuflow_process
+        from gpuflow.platform.processes import is_gpuflow_process
 
         if is_gpuflow_process(self.pid):
             await asyncio.to_thread(stop_process_group, self.pid)
