@@ -123,6 +123,17 @@ def test_a_flex_template_update_sends_the_update_fields_through_the_providers_fl
     assert spec["image"] == NEW_IMAGE
 
 
+def test_an_update_of_a_job_that_does_not_run_fails_as_dataflow_fails_it(deployed):
+    from google.api_core.exceptions import FailedPrecondition
+
+    cloud, record, _ = deployed
+    config = config_of(*FLEX)
+    with pytest.raises(FailedPrecondition, match="no running job"):
+        GcpPlatform(config).update_pipeline(["--model-name", "m"], resource_names(config, "gf-0000000004"), NEW_IMAGE,
+                                            "gfd-nobody-llm-inference", {})
+    assert cloud.dataflow.jobs[record.job["id"]].stopped_state is None  # the deployment's job is untouched
+
+
 def staged_pipeline(gcs, staged: dict):
     """The pipeline proto Beam staged with the job request."""
     from apache_beam.portability.api import beam_runner_api_pb2

@@ -60,6 +60,13 @@ def test_a_streaming_job_is_running_once_its_workers_have_started(cloud):
                for r in polled)
 
 
+def test_a_streaming_launch_that_dataflow_runs_as_a_batch_job_fails_with_the_fix(cloud):
+    """The fake answers from the request: a job staged without --streaming is a batch job, whatever its name."""
+    handle = cloud.dataflow.scripted_job(STREAMING_STARTS, streaming=False)
+    event = first_event(job_trigger(gcp_test_config(), handle, "running", 5.0))
+    assert event["status"] == "failed" and "runs as a batch job" in event["message"] and "--streaming" in event["message"]
+
+
 def test_start_messages_are_read_at_detailed_importance(cloud):
     """Dataflow may write "Workers have started successfully." at DETAILED: asking for BASIC would miss it."""
     first_event(dataflow_trigger(cloud, STREAMING_STARTS)[1])
