@@ -124,13 +124,14 @@ def test_a_flex_template_update_sends_the_update_fields_through_the_providers_fl
 
 
 def test_an_update_of_a_job_that_does_not_run_fails_as_dataflow_fails_it(deployed):
-    from google.api_core.exceptions import FailedPrecondition
+    from googleapiclient.errors import HttpError
 
     cloud, record, _ = deployed
-    config = config_of(*FLEX)
-    with pytest.raises(FailedPrecondition, match="no running job"):
+    config = config_of(*FLEX)  # the provider's flex launch goes through Dataflow's REST API: a 400 there
+    with pytest.raises(HttpError, match="no running job") as refused:
         GcpPlatform(config).update_pipeline(["--model-name", "m"], resource_names(config, "gf-0000000004"), NEW_IMAGE,
                                             "gfd-nobody-llm-inference", {})
+    assert refused.value.resp.status == 400
     assert cloud.dataflow.jobs[record.job["id"]].stopped_state is None  # the deployment's job is untouched
 
 
