@@ -10,11 +10,19 @@ from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.cleanup import delete_run_resources, request_stops
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.resources import create_resources, list_run_resources
-from gpuflow.steps.smoke import pull_all
 from gpuflow.triggers import job_trigger
 from tests.helpers import first_event, mixed_length_prompts
 
 MAX_NEW_TOKENS = 8
+
+
+def pull_all(pubsub, project: str, subscription: str, max_messages: int = 100) -> list[tuple[dict, bytes]]:
+    """What the subscription holds now, acknowledged: (attributes, data) of each message."""
+    received = pubsub.pull(subscription=subscription, max_messages=max_messages, project_id=project,
+                           return_immediately=True)
+    if received:
+        pubsub.acknowledge(subscription=subscription, project_id=project, messages=received)
+    return [(dict(r.message.attributes), r.message.data) for r in received]
 
 
 @pytest.fixture

@@ -43,14 +43,6 @@ def format_answers_table(rows: list[dict[str, Any]], width: int = 48) -> str:
     return "\n".join(lines)
 
 
-def pull_all(pubsub, project: str, subscription: str, max_messages: int = 100) -> list[tuple[dict, bytes]]:
-    received = pubsub.pull(subscription=subscription, max_messages=max_messages, project_id=project,
-                           return_immediately=True)
-    if received:
-        pubsub.acknowledge(subscription=subscription, project_id=project, messages=received)
-    return [(dict(r.message.attributes), r.message.data) for r in received]
-
-
 class NoGpuUsage(RuntimeError):
     pass
 
