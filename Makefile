@@ -11,9 +11,14 @@ PIP_QUIET := grep -v '^WARNING: Location' || true
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: venv demo test test-unit lint bench clean deploy-composer browser lock images-check
+.PHONY: help venv demo test test-unit test-integration test-live lint bench clean deploy-composer browser lock \
+	images-check
 
-venv: $(STAMP)
+# `make` alone says what each target does: the text after `##` on a target's line.
+help: ## this list
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+venv: $(STAMP) ## the virtual environment in .venv, with the exact pins (a few minutes the first time)
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +28,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	touch $(STAMP)
 
 # The streaming LLM DAG on the local profile, with `airflow dags test` on a fresh SQLite Airflow home.
-demo: venv
+demo: venv ## the streaming LLM DAG on the local profile: prompts, answers and latency
 	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)/airflow
 	export AIRFLOW_HOME=$(DEMO_HOME)/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
 	  AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False; \
@@ -33,40 +38,47 @@ demo: venv
 
 # Resolve docker/locks/*.in into locks for each image's platform and Python (uv; reaches only PyPI).
 # PYTHON_VERSION=3.12 BEAM_VERSION=2.78.0 resolve the workers' locks for other versions.
-lock: venv
+lock: venv ## resolve docker/locks/*.in into each image's lock (uv; reaches only PyPI)
 	$(BIN)/gpuflow images lock $(if $(PYTHON_VERSION),--set python_version=$(PYTHON_VERSION)) \
 	  $(if $(BEAM_VERSION),--set beam_version=$(BEAM_VERSION))
 
 # Install each lock as pip would inside its image, dry-run, offline from Docker; check it against its recipe.
-images-check: venv
+images-check: venv ## install each image lock dry-run, as pip would inside the image
 	$(BIN)/gpuflow images check
 
-lint: venv
+lint: venv ## ruff
 	$(BIN)/ruff check .
 
-test-unit: venv
-	$(BIN)/python -m pytest -m "not integration"
+test-unit: venv ## the fast tests alone (no emulator, no Airflow service; about a minute)
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not integration"
 
-browser: $(CHROMIUM)
+test-integration: venv ## the tests on emulators, Beam runners and dag.test(), without the live Airflow services
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m "integration and not live"
+
+test-live: venv browser ## the real Airflow services (api-server, scheduler, dag-processor, triggerer) and the browser
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m live
+
+browser: $(CHROMIUM) ## Debian's chromium for the browser test (apt-get, through sudo when not root)
 
 $(CHROMIUM):
+	@echo "installing Debian's chromium for the browser test: apt-get install chromium$(if $(SUDO), through sudo)"
 	export DEBIAN_FRONTEND=noninteractive; \
 	$(SUDO) apt-get install -y -q chromium > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
 
-test: venv lint browser
+test: venv lint browser ## everything: lint, then every test (unit, integration, live); about 21 minutes
 	$(BIN)/python -m pytest -n 2 --dist worksteal
 
-bench: venv
+bench: venv ## the benchmarks, run by hand: ratios measured side by side
 	$(BIN)/gpuflow emulators run -- $(BIN)/python benchmarks/inference_throughput.py
 	$(BIN)/python benchmarks/model_load.py
 	$(BIN)/python benchmarks/dag_parse.py
 
 # Copy dags/, plugins/ and data/ (beam_jobs, configs, docker, spark_jobs) into a Cloud Composer environment and
 # install the PyPI packages it lacks. DRY_RUN=1 prints the gcloud commands without running them.
-deploy-composer: venv
+deploy-composer: venv ## copy gpuflow into a Cloud Composer environment (ENV=… LOCATION=… [DRY_RUN=1])
 	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [DRY_RUN=1]"; exit 2; }
 	$(BIN)/gpuflow deploy-composer --environment "$(ENV)" --location "$(LOCATION)" $(if $(DRY_RUN),--dry-run)
 
-clean:
+clean: ## remove the demo's Airflow home and the tool caches
 	rm -rf $(DEMO_HOME) .pytest_cache .ruff_cache

@@ -145,10 +145,13 @@ def reference_generate_causal(exported_causal_model):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Everything under tests/integration is marked integration, so `-m "not integration"` is the fast set."""
+    """Everything under tests/integration is marked integration, so `-m "not integration"` is the fast set; a test
+    on the real Airflow services (the ``airflow_live`` fixture) is also marked live."""
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
+        if "airflow_live" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture

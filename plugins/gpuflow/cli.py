@@ -107,6 +107,10 @@ def cmd_debug_vm(args: argparse.Namespace) -> int:
     from gpuflow.steps.container import default_image
 
     config = load_config(args.config, overrides=args.overrides)
+    if not config.uses_gpu:
+        print("debug-vm: gpu.type is none (CPU workers), so there is no GPU to debug. Fix: set gpu.type (and "
+              "gpu.machine_type) to the GPU the workers would use, e.g. --set gpu.type=nvidia-l4", file=sys.stderr)
+        return 1
     image = config.container.image
     if not image:
         import tempfile

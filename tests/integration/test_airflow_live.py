@@ -96,6 +96,7 @@ def frame_from_top(page, element, path: Path) -> None:
     page.screenshot(path=str(path), clip={"x": box["x"], "y": box["y"], "width": box["width"], "height": height})
 
 
+@pytest.mark.slow
 def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow_live, local_config):
     """Headless Debian chromium, driven by Playwright (no browser download): log in, open the trigger form,
     check the labels and values a person reads, unfold a section, trigger, and keep pictures of the form as it
@@ -192,6 +193,7 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
 BATCH_DAG = "llm_batch_inference"
 
 
+@pytest.mark.slow
 def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred_tasks_free_their_slots(
         airflow_live, local_config, tmp_path):
     """A backfill (as `airflow backfill create` makes it) of two dates at once, twice, under the real scheduler

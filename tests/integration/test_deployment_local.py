@@ -228,6 +228,7 @@ def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config,
     assert process_alive(int(live["job"]["id"]))
 
 
+@pytest.mark.slow
 def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(dags, local_config, emulators,
                                                                              tmp_path):
     from gpuflow.demo_model import write_demo_model

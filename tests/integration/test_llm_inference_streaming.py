@@ -77,6 +77,7 @@ def publish(platform, config, names, messages):
 
 
 @pytest.mark.parametrize("architecture", ["seq2seq", "causal"], indirect=True)
+@pytest.mark.slow
 def test_200_mixed_length_prompts_each_answered_as_generate_alone(streaming_run, architecture, request):
     reference_generate = request.getfixturevalue(
         "reference_generate" if architecture == "seq2seq" else "reference_generate_causal")

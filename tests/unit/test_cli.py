@@ -139,3 +139,12 @@ def test_launch_command_validates_the_configuration_first(overrides, field, caps
                  *(item for o in overrides for item in ("--set", o))]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and field in captured.err and "gpuflow preflight" in captured.err
+
+
+def test_debug_vm_prints_the_workers_accelerator_and_refuses_cpu_workers(capsys):
+    assert main(["debug-vm", "--config", "configs/gcp.example.yaml", "--set", "container.image=us-docker.pkg.dev/p/r/i:1"]) == 0
+    assert "--accelerator=type=nvidia-l4,count=1" in capsys.readouterr().out
+    assert main(["debug-vm", "--config", "configs/gcp.example.yaml", "--set", "gpu.type=none",
+                 "--set", "gpu.machine_type=n2-highmem-2"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no GPU to debug" in captured.err and "gpu.type=nvidia-l4" in captured.err

@@ -244,3 +244,13 @@ def test_a_model_outside_guide_002s_table_gets_the_cpu_machine_of_the_next_large
     assert catalog.cpu_worker_machine_for("my/model", 5000) == "n2-highmem-8"  # between xl (2850M) and xxl
     assert catalog.cpu_worker_machine_for("my/model", 90000) == "n2-highmem-16"  # beyond flan-ul2: its row
     assert catalog.cpu_worker_machine_for("my/model", None) == "n2-highmem-4"
+
+
+def test_model_copies_without_their_sharing_is_said_and_the_fix_clears_it():
+    def copies_findings(*overrides):
+        config = load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod", *overrides])
+        return [f for f in run_preflight(config, check_environment=False) if f.field == "gpu.model_copies"]
+
+    (finding,) = copies_findings("gpu.model_copies=2")
+    assert finding.level == "warning" and "ignored" in finding.problem
+    assert copies_findings("gpu.model_copies=2", "gpu.sharing=model_copies") == []

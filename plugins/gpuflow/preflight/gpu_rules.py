@@ -185,6 +185,14 @@ def custom_machine_valid(config: GpuflowConfig) -> Iterator[Finding]:
                     f"append -ext: n1-custom-{vcpus}-{memory_mb}-ext")
 
 
+def model_copies_need_their_sharing(config: GpuflowConfig) -> Iterator[Finding]:
+    """gpu.model_copies is read only with gpu.sharing: model_copies; anywhere else it would be silently ignored."""
+    if config.gpu.model_copies > 1 and config.gpu.sharing != "model_copies":
+        yield warning("gpu.model_copies", f"gpu.model_copies is {config.gpu.model_copies}, but gpu.sharing is "
+                      f"{config.gpu.sharing}, so each process loads one copy and the setting is ignored",
+                      "set gpu.sharing: model_copies, or leave gpu.model_copies at 1")
+
+
 def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
     """How the GPU is asked for and shared; explains the choice with the memory numbers (the guides' advice)."""
 
@@ -357,6 +365,7 @@ GPU_RULES = [
     model_memory_fits,
     custom_machine_valid,
     gpu_request_and_sharing,
+    model_copies_need_their_sharing,
     right_fitting_machine_types,
     region_offers_gpu,
     zone_not_pinned,
