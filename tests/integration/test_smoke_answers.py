@@ -30,10 +30,11 @@ def subscriptions(gcp_env):
     return names, publish
 
 
-def answers_trigger(names, ids, deadline_s, emulator_host):
+def answers_trigger(names, ids, deadline_s, emulator_host, pending=None):
     now = time.time()
     return SmokeAnswersTrigger(project=GCP_TEST_PROJECT, answers_subscription=names["answers"],
-                               dead_letter_subscription=names["dead"], ids=ids, started=now,
+                               dead_letter_subscription=names["dead"], ids=ids,
+                               pending=ids if pending is None else pending, started=now,
                                deadline=now + deadline_s, gcp_conn_id="google_cloud_default",
                                emulator_host=emulator_host, poll_interval_s=0.05, settle_s=0)
 
@@ -61,3 +62,14 @@ def test_a_prompt_without_answer_ends_the_wait_at_the_deadline_with_what_came(su
     event = first_event(answers_trigger(names, ["p-1", "p-never"], 1.5, None))
     assert event["status"] == "timeout" and set(event["answers"]) == {"p-1"}
     assert 1.4 < time.monotonic() - started < 20
+
+
+@pytest.mark.timeout(60)
+def test_a_late_answer_to_an_earlier_prompt_is_kept_while_the_wait_is_for_the_new_ones(subscriptions):
+    """A rollout's new version answers its backlog: the answer to an earlier round's prompt still counts."""
+    names, publish = subscriptions
+    publish("answers", "round1-0", b"late", model="v2")
+    publish("answers", "round2-0", b"now", model="v1")
+    event = first_event(answers_trigger(names, ["round1-0", "round2-0"], 30, None, pending=["round2-0"]))
+    assert event["status"] == "success"
+    assert {i: a["model"] for i, a in event["answers"].items()} == {"round1-0": "v2", "round2-0": "v1"}

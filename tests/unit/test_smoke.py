@@ -49,3 +49,10 @@ def test_a_rollout_out_of_time_stops_asking_and_says_the_new_version_never_answe
 def test_a_failed_pull_fails_with_the_fix():
     with pytest.raises(SmokeTestFailed, match="subscriptions exist"):
         record_answers(smoke_round(), {"status": "error", "message": "pulling the answers failed: NotFound"})
+
+
+def test_the_new_versions_answer_to_a_prompt_answered_twice_is_kept():
+    state = smoke_round(expect_version="v2")
+    record_answers(state, {"status": "success", "answers": {"a": answer("v2"), "b": answer("v1")}})
+    assert not record_answers(state, {"status": "success", "answers": {"a": answer("v1")}})
+    assert state.answers["a"]["model"] == "v2"

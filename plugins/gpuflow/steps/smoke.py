@@ -124,7 +124,11 @@ def publish_round(config: GpuflowConfig, names: ResourceNames, conn_id: str, sta
 def record_answers(state: SmokeRound, event: dict[str, Any]) -> bool:
     """Take in what the trigger pulled; True when another round is due (a rollout whose new version has not
     answered yet, with time left and no dead letter)."""
-    state.answers.update(event.get("answers") or {})
+    for prompt_id, answer in (event.get("answers") or {}).items():
+        known = state.answers.get(prompt_id)
+        # A prompt may be answered twice while a replacement overlaps the old job: the new version's answer stays.
+        if not (known and state.expect_version and known["model"] == state.expect_version):
+            state.answers[prompt_id] = answer
     state.dead_letters.update(event.get("dead_letters") or {})
     if event.get("status") == "error":
         raise SmokeTestFailed(f"{event.get('message')}. Fix: check that the run's subscriptions exist "

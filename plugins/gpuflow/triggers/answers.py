@@ -73,14 +73,15 @@ class _Subscriber:
 
 
 class SmokeAnswersTrigger(SettlingTrigger):
-    """Yields once: ``answers`` and ``dead_letters`` (by prompt id) of the ids in ``ids``; status ``success`` when
-    each has one or the other, ``timeout`` at ``deadline`` (epoch seconds)."""
+    """Yields once: the ``answers`` and ``dead_letters`` (by prompt id) that came for any of ``ids`` (every prompt
+    sent so far: a late answer to an earlier round counts, as a rollout's new version answers its backlog); status
+    ``success`` once each of ``pending`` has one or the other, ``timeout`` at ``deadline`` (epoch seconds)."""
 
     def __init__(self, project: str, answers_subscription: str, dead_letter_subscription: str, ids: list[str],
-                 started: float, deadline: float, gcp_conn_id: str, emulator_host: str | None = None,
-                 poll_interval_s: float = 0.5, settle_s: float = SETTLE_S):
+                 pending: list[str], started: float, deadline: float, gcp_conn_id: str,
+                 emulator_host: str | None = None, poll_interval_s: float = 0.5, settle_s: float = SETTLE_S):
         super().__init__(settle_s)
-        self.project, self.ids = project, list(ids)
+        self.project, self.ids, self.pending = project, list(ids), list(pending)
         self.answers_subscription, self.dead_letter_subscription = answers_subscription, dead_letter_subscription
         self.started, self.deadline, self.poll_interval_s = started, deadline, poll_interval_s
         self.gcp_conn_id, self.emulator_host = gcp_conn_id, emulator_host
@@ -88,13 +89,14 @@ class SmokeAnswersTrigger(SettlingTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return self._with_settle("gpuflow.triggers.answers.SmokeAnswersTrigger", {
             "project": self.project, "answers_subscription": self.answers_subscription,
-            "dead_letter_subscription": self.dead_letter_subscription, "ids": self.ids, "started": self.started,
+            "dead_letter_subscription": self.dead_letter_subscription, "ids": self.ids, "pending": self.pending,
+            "started": self.started,
             "deadline": self.deadline, "gcp_conn_id": self.gcp_conn_id, "emulator_host": self.emulator_host,
             "poll_interval_s": self.poll_interval_s})
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
         subscriber = _Subscriber(self.project, self.gcp_conn_id, self.emulator_host)
-        wanted = set(self.ids)
+        wanted, pending = set(self.ids), set(self.pending)
         answers: dict[str, dict[str, Any]] = {}
         dead_letters: dict[str, str] = {}
         last_progress = 0.0
@@ -116,9 +118,10 @@ class SmokeAnswersTrigger(SettlingTrigger):
                 yield TriggerEvent({"status": "error", "message": f"pulling the answers failed: {error}",
                                     "answers": answers, "dead_letters": dead_letters})
                 return
-            done = wanted <= answers.keys() | dead_letters.keys()
+            done = pending <= answers.keys() | dead_letters.keys()
             if done or time.time() >= self.deadline or time.monotonic() - last_progress > 5:
-                self.log.info("answered %d/%d (dead letters: %d)", len(answers), len(wanted), len(dead_letters))
+                self.log.info("answered %d/%d (dead letters: %d)", len(pending & answers.keys()), len(pending),
+                              len(dead_letters))
                 last_progress = time.monotonic()
             if done or time.time() >= self.deadline:
                 yield TriggerEvent({"status": "success" if done else "timeout", "answers": answers,
@@ -135,6 +138,7 @@ def smoke_answers_trigger(config: Any, names: Any, state: Any) -> SmokeAnswersTr
     waiting = [i for i in state.sent if i not in state.answers and i not in state.dead_letters]
     return SmokeAnswersTrigger(
         project=config.project, answers_subscription=names.responses_subscription,
-        dead_letter_subscription=names.dead_letter_subscription, ids=waiting, started=state.window_start,
+        dead_letter_subscription=names.dead_letter_subscription, ids=list(state.sent), pending=waiting,
+        started=state.window_start,
         deadline=state.deadline, gcp_conn_id=config.gcp_conn_id,
         emulator_host=os.environ.get("PUBSUB_EMULATOR_HOST") or None)
