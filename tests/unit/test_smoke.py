@@ -9,7 +9,7 @@ from gpuflow.steps.smoke import SmokeRound, SmokeTestFailed, record_answers, smo
 
 def smoke_round(expect_version=None, deadline_s=60.0):
     now = time.time()
-    return SmokeRound(window_start=now, deadline=now + deadline_s, timeout_s=deadline_s,
+    return SmokeRound(window_start=now, deadline=now + deadline_s,
                       expect_version=expect_version, round_number=1, sent={"a": "hi", "b": "ho"})
 
 

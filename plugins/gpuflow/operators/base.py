@@ -86,6 +86,13 @@ RESUME_KEY = "gpuflow_resume"
 DEFERRAL_BACKSTOP_S = 300
 
 
+def deferral_timeout(timeout_s: float):
+    """Airflow's deferral timeout for a trigger that ends its own wait after ``timeout_s`` (see ``defer_with``)."""
+    from datetime import timedelta
+
+    return timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S)
+
+
 def event_succeeded(event: dict[str, Any] | None) -> bool:
     """A trigger's event says its job got where the task waited for (gpuflow's triggers and the provider's)."""
     return bool(event) and event.get("status") in ("reached", "success")
@@ -172,7 +179,6 @@ class GpuflowStepOperator(BaseOperator):
 
     def defer_with(self, context: Any, trigger: Any, timeout_s: float, **carry: Any) -> None:
         """Defer to ``trigger``; ``resume_step`` gets its event and ``carry`` (kept in the task's XCom)."""
-        from datetime import timedelta
 
         context["ti"].xcom_push(key=RESUME_KEY, value=carry)
         # Two bounds on a deferred wait, each with its own job (Airflow 3.3.2):
@@ -183,7 +189,7 @@ class GpuflowStepOperator(BaseOperator):
         #   the only bound Airflow keeps while a task is deferred: the execution API does not apply the task's
         #   execution_timeout to a deferral (its "TODO: HANDLE execution timeout later", routes/task_instances.py).
         # execution_timeout (gpuflow.task_timeouts) bounds the task's running parts, before and after the wait.
-        self.defer(trigger=trigger, method_name="resume", timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S))
+        self.defer(trigger=trigger, method_name="resume", timeout=deferral_timeout(timeout_s))
 
     def run_step(self, config, names, platform, context: Any) -> Any:
         raise NotImplementedError

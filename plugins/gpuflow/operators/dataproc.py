@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from gpuflow.operators.base import (
-    DEFERRAL_BACKSTOP_S,
     GpuflowStepOperator,
     config_from_params,
+    deferral_timeout,
     names_for,
     validated_config,
 )
@@ -81,7 +80,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
             polling_interval_seconds=config.dataproc.poll_interval_s, timeout_s=config.dataproc.timeout_s)
         # Its two bounds, as GpuflowStepOperator.defer_with sets them.
         self.defer(method_name="batch_ended", trigger=trigger,
-                   timeout=timedelta(seconds=config.dataproc.timeout_s + DEFERRAL_BACKSTOP_S))
+                   timeout=deferral_timeout(config.dataproc.timeout_s))
 
     def batch_ended(self, context: Any, event: dict[str, Any]) -> Any:
         from gpuflow.config_loading import config_from_json

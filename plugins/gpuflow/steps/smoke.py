@@ -84,12 +84,15 @@ class SmokeRound(BaseModel):
 
     window_start: float  # epoch seconds: when the pipeline began to work on the prompts (the GPU-usage window)
     deadline: float  # epoch seconds
-    timeout_s: float
     expect_version: str | None = None
     round_number: int = 0
     sent: dict[str, str] = {}  # prompt id -> prompt
     answers: dict[str, dict[str, Any]] = {}
     dead_letters: dict[str, str] = {}
+
+    @property
+    def timeout_s(self) -> float:
+        return self.deadline - self.window_start
 
 
 def start_smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
@@ -102,7 +105,7 @@ def start_smoke_test(config: GpuflowConfig, names: ResourceNames, conn_id: str,
     it got is fine, a dead letter is not."""
     timeout_s = config.deployment.rollout_timeout_s if expect_version else config.smoke_test.timeout_s
     now = time.time()
-    state = SmokeRound(window_start=now, deadline=now + timeout_s, timeout_s=timeout_s, expect_version=expect_version)
+    state = SmokeRound(window_start=now, deadline=now + timeout_s, expect_version=expect_version)
     publish_round(config, names, conn_id, state)
     return state
 
