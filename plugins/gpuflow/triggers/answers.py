@@ -28,7 +28,11 @@ from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
 
-#: The most messages one pull returns (the Pub/Sub API's own pull takes up to 1000).
+#: The most messages one pull asks for (``maxMessages``: "a positive integer. The Pub/Sub system may return fewer
+#: than the number specified", https://cloud.google.com/pubsub/reference/rest/v1/projects.subscriptions/pull).
+#: Each pull sets ``returnImmediately``, which that page marks deprecated and discouraged, as the provider's
+#: PubsubPullTrigger (22.8.0) still does by default: a pull that waited for messages on one subscription would
+#: hold up the other's.
 MAX_MESSAGES = 100
 
 
