@@ -40,7 +40,17 @@ def cmd_preflight(args: argparse.Namespace) -> int:
             print(str(error), file=sys.stderr)
         return 1
     workflow = args.workflow or ("dataproc" if config.dataproc is not None else "inference")
-    findings = run_preflight(config, check_environment=not args.config_only, workflow=workflow)
+    zones_offering = access = None
+    if args.access:  # gcp: ask Google, with the Airflow connection's identity, as the DAGs' preflight does
+        from gpuflow.platform import get_platform
+
+        platform = get_platform(config)
+        zones_offering, access = platform.zones_offering, platform.access_probe()
+        if access is None:
+            print(f"preflight --access: the {config.profile} profile has no Google Cloud project to check",
+                  file=sys.stderr)
+    findings = run_preflight(config, check_environment=not args.config_only, workflow=workflow,
+                             zones_offering=zones_offering, access=access)
     if args.json:
         print(json.dumps({"ok": not has_errors(findings), "findings": [f.model_dump() for f in findings]}, indent=2))
     else:
@@ -173,7 +183,9 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
         target.write_text(text)
         readme = PROJECT_ROOT / "README.md"
         readme.write_text(readme_with_reference(readme.read_text()))
-        print(f"wrote {target} and the table in {readme}")
+        from gpuflow.access_docs import write_gcp_page
+
+        print(f"wrote {target}, the table in {readme}, and the project's needs in {write_gcp_page()}")
     else:
         print(text, end="")
     return 0
@@ -301,9 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument("--json", action="store_true", help="machine-readable output")
     preflight.add_argument("--recipes", action="store_true",
                            help="list the container recipes with their locks' CUDA line and driver need, and exit")
-    preflight.add_argument("--workflow", choices=["inference", "dataproc"], default=None,
-                           help="whose environment to check (default: dataproc when the config has a dataproc "
-                                "section, else inference)")
+    preflight.add_argument("--workflow", choices=["inference", "batch", "dataproc", "maintenance"], default=None,
+                           help="whose rules and needs to check: inference (streaming), batch, dataproc, maintenance "
+                                "(teardown, janitor); default: dataproc when the config has a dataproc section, "
+                                "else inference")
+    preflight.add_argument("--access", action="store_true",
+                           help="gcp: also ask Google whether the workflow's APIs are on, the Airflow connection's "
+                                "identity holds their permissions, the workers' service account works, no "
+                                "organization policy stops the workers, and the bucket is usable")
     preflight.add_argument("--config-only", action="store_true",
                            help="skip the environment checks (emulators, launch-environment versions)")
     preflight.set_defaults(func=cmd_preflight)
@@ -334,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--write", action="store_true")
     schema.set_defaults(func=cmd_params_schema)
 
-    reference = commands.add_parser("config-reference", help="print (or --write) docs/configuration.md and README's table")
+    reference = commands.add_parser("config-reference", help="print (or --write) docs/configuration.md and README's table (--write: "
+                                       "also docs/gcp.md's project needs, from catalog/access.yaml)")
     reference.add_argument("--write", action="store_true")
     reference.set_defaults(func=cmd_config_reference)
 

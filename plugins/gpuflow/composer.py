@@ -15,12 +15,15 @@ from gpuflow.paths import PROJECT_ROOT
 DATA_FOLDERS = ("beam_jobs", "configs", "docker", "spark_jobs")
 
 #: Not installed on Composer: Airflow, Beam and the providers Composer ships (it pins their versions; its Beam
-#: provider needs its apache-beam, so deploy-composer never replaces it), Airflow's own dependencies, and what
-#: only the local profile uses (emulators, local Spark, the model libraries, which run in the Dataflow workers
-#: and the Vertex AI job, not in Airflow).
+#: provider needs its apache-beam, so deploy-composer never replaces it), Airflow's own dependencies, what the
+#: Google provider's own dependencies bring (google-cloud-resource-manager: google-cloud-aiplatform requires it, and
+#: the provider requires aiplatform, in 22.2.2 as in 22.8.0, read from their wheels' metadata), and what only the
+#: local profile uses (emulators, local Spark, the model libraries, which run in the Dataflow workers and the
+#: Vertex AI job, not in Airflow). The access check's other clients (service usage, IAM, org policy) are no
+#: dependency of the provider, so the deploy adds them.
 COMPOSER_PROVIDES_OR_NOT_NEEDED = {
     "apache-airflow", "apache-airflow-providers-google", "apache-airflow-providers-apache-beam", "apache-beam",
-    "pydantic",
+    "google-cloud-resource-manager", "pydantic",
     "pyyaml", "gcp-storage-emulator", "pyspark", "torch", "transformers", "tokenizers", "safetensors",
 }
 

@@ -199,6 +199,9 @@ class DataflowConfig(_Section):
     )
     network: str | None = Field(None, description="VPC network of the workers. Empty: default.")
     subnetwork: str | None = Field(None, description="Subnetwork URL of the workers, e.g. regions/R/subnetworks/S.")
+    use_public_ips: bool = Field(True, description=(
+        "false: workers get no external IP (--no_use_public_ips), as an organization policy on external IPs "
+        "requires; then dataflow.subnetwork must have Private Google Access."))
     start_timeout_s: float = Field(
         1800, gt=0, description="How long launch and verify_gpu wait for GPU workers to start (minutes, typically)."
     )

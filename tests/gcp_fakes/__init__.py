@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 
+from tests.gcp_fakes.access import FakeProjectAccess, FakeStorageAccess, list_policy
 from tests.gcp_fakes.clients import FakeGoogleCloud
 from tests.gcp_fakes.cloud_build import FakeArtifactRegistry, FakeCloudBuild
 from tests.gcp_fakes.compute import FakeAcceleratorTypesClient, FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
@@ -42,6 +43,7 @@ __all__ = [
     "BATCH_SUCCEEDS", "EXHAUSTED", "FLEX", "L4_WORKER_REPORT", "LAUNCH_FAILS", "STREAMING_STARTS",
     "STREAMING_STARTS_BY_AUTOSCALING", "ZONE_EXHAUSTED", "FakeAcceleratorTypesClient", "FakeArtifactRegistry",
     "FakeCloudBuild", "FakeCloudQuotas", "FakeDataflow", "FakeGoogleCloud", "FakeJob", "FakeMonitoring",
+    "FakeProjectAccess", "FakeStorageAccess", "list_policy",
     "FakeProjectsClient", "FakeRegionsClient", "FakeVertex", "FakeWorkers", "Importance", "JobState", "gcp_test_config", "gcp_test_environment",
     "read_gcs", "write_gcs",
 ]

@@ -3,12 +3,14 @@ FakeGoogleCloud, which installs them under the hooks."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from google.cloud import aiplatform_v1, dataflow_v1beta3, monitoring_v3
 from google.cloud.dataflow_v1beta3.services.messages_v1_beta3 import pagers
 from google.cloud.devtools import cloudbuild_v1
 
+from tests.gcp_fakes.access import ACCESS_CLIENTS, FakeProjectAccess
 from tests.gcp_fakes.cloud_build import FakeArtifactRegistry, FakeCloudBuild
 from tests.gcp_fakes.compute import FakeAcceleratorTypesClient, FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
 from tests.gcp_fakes.dataflow import FakeDataflow, FakeDataflowRest
@@ -44,7 +46,10 @@ class TypedClient:
 
     def _typed(self, method: str, request: Any) -> Any:
         request_type = self._requests[method]
-        return request_type(request) if isinstance(request, dict) else request
+        if not isinstance(request, dict):
+            return request
+        # proto-plus types take the dict; plain protobuf ones (google.iam.v1's) take its fields
+        return request_type(**request) if hasattr(request_type, "DESCRIPTOR") else request_type(request)
 
     def __getattr__(self, name: str) -> Any:
         if name not in self._requests:
@@ -97,7 +102,7 @@ class FakeGoogleCloud:
     connection's credentials, client info and impersonation chain."""
 
     def __init__(self, dataflow=None, vertex=None, build=None, registry=None, regions=None, monitoring=None,
-                 projects=None, accelerator_types=None, cloud_quotas=None):
+                 projects=None, accelerator_types=None, cloud_quotas=None, access=None):
         self.registry = registry or FakeArtifactRegistry()
         self.metrics = monitoring or FakeMonitoring()
         self.dataflow = dataflow or FakeDataflow()
@@ -106,6 +111,7 @@ class FakeGoogleCloud:
         self.projects = projects or FakeProjectsClient()
         self.accelerator_types = accelerator_types or FakeAcceleratorTypesClient()
         self.cloud_quotas = cloud_quotas or FakeCloudQuotas()
+        self.access = access or FakeProjectAccess()  # what preflight's access check reads: a project in order
         self.installed = False
         self.clients_made: list[tuple[str, dict]] = []  # (client class, its keyword arguments), as gpuflow made them
         self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
@@ -160,12 +166,14 @@ class FakeGoogleCloud:
 
     def _install_own_clients(self, monkeypatch) -> None:
         from google.cloud import artifactregistry_v1, cloudquotas_v1, compute_v1
+        from google.iam.v1 import iam_policy_pb2
 
         own = [
             (monitoring_v3, "MetricServiceAsyncClient", lambda: self.metrics,
              {"list_time_series": monitoring_v3.ListTimeSeriesRequest}, AsyncTypedClient),
             (artifactregistry_v1, "ArtifactRegistryClient", lambda: self.registry,
-             {"get_tag": artifactregistry_v1.GetTagRequest}, TypedClient),
+             {"get_tag": artifactregistry_v1.GetTagRequest, "get_iam_policy": iam_policy_pb2.GetIamPolicyRequest},
+             TypedClient),
             (compute_v1, "RegionsClient", lambda: self.regions, {"get": compute_v1.GetRegionRequest}, TypedClient),
             (compute_v1, "ProjectsClient", lambda: self.projects, {"get": compute_v1.GetProjectRequest}, TypedClient),
             (compute_v1, "AcceleratorTypesClient", lambda: self.accelerator_types,
@@ -175,3 +183,14 @@ class FakeGoogleCloud:
         ]
         for module, name, fake, requests, typed in own:
             monkeypatch.setattr(module, name, self._client_factory(getattr(module, name), fake, requests, typed))
+        for real_class in ACCESS_CLIENTS:  # autospec fakes, made when the client is (a test may swap access)
+            monkeypatch.setattr(sys.modules[real_class.__module__.rsplit(".services", 1)[0]], real_class.__name__,
+                                self._autospec_factory(real_class))
+
+    def _autospec_factory(self, real_class: type):
+        def make(*args: Any, **kwargs: Any):
+            assert not args and kwargs.get("credentials") is not None, f"{real_class.__name__} made without credentials"
+            self.clients_made.append((real_class.__name__, kwargs))
+            return self.access.client(real_class)
+
+        return make

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -47,7 +48,17 @@ class FakeCloudBuild:
 class FakeArtifactRegistry:
     def __init__(self):
         self.tags: set[str] = set()  # image URIs with their tag
+        self.repository_bindings: dict[str, list[str]] = {}  # role -> members, on every repository
         self.requests: list[Any] = []
+
+    def get_iam_policy(self, request):
+        from google.iam.v1 import iam_policy_pb2, policy_pb2
+
+        assert isinstance(request, iam_policy_pb2.GetIamPolicyRequest)
+        assert re.fullmatch(r"projects/[^/]+/locations/[^/]+/repositories/[^/]+", request.resource), request.resource
+        self.requests.append(request)
+        return policy_pb2.Policy(bindings=[policy_pb2.Binding(role=role, members=members)
+                                           for role, members in self.repository_bindings.items()])
 
     def get_tag(self, request):
         assert isinstance(request, artifactregistry_v1.GetTagRequest)

@@ -200,6 +200,18 @@ def test_too_little_quota_fails_before_anything_is_created(dag, cloud):
     assert cloud.vertex.requests == [] and cloud.dataflow.requests == []
 
 
+def test_a_missing_permission_fails_preflight_and_nothing_is_created(dag, cloud, create_calls):
+    cloud.access.denied = {"dataflow.jobs.create", "cloudbuild.builds.create"}
+    run = dag.test(run_conf=CONF)
+    states = task_states(run)
+    assert run.state == DagRunState.FAILED
+    assert states["preflight"] == TaskInstanceState.FAILED
+    assert TaskInstanceState.SUCCESS not in {state for task, state in states.items() if task != "preflight"}
+    assert create_calls == []  # no topic, subscription or bucket
+    assert cloud.vertex.requests == [] and cloud.dataflow.requests == [] and cloud.build.requests == []
+    assert leftovers(run) == NOTHING_LEFT
+
+
 def test_requests_are_the_api_types(cloud):
     """The fakes refuse anything but the API's own request types; this checks that they do."""
     with pytest.raises(AssertionError):

@@ -169,3 +169,25 @@ def export_image_versions(image_uri: str) -> tuple[str, str] | None:
     if not found:
         return None
     return f"{found['torch_major']}.{found['torch_minor']}", f"{found['py_major']}.{found['py_minor']}"
+
+
+@dataclass(frozen=True)
+class AccessNeed:
+    """What one kind of step needs of a project: its APIs, and each permission with the role that grants it."""
+
+    name: str
+    what: str
+    apis: tuple[str, ...]
+    permissions: dict[str, str]  # permission -> predefined role
+    source: str
+
+
+def access_needs() -> dict[str, AccessNeed]:
+    return {name: AccessNeed(name=name, what=row["what"], apis=tuple(row["apis"]), permissions=dict(row["permissions"]),
+                             source=" ".join(row["source"].split()))
+            for name, row in _load("access")["needs"].items()}
+
+
+def access_table(section: str) -> dict[str, Any]:
+    """One of access.yaml's other sections: worker_service_account, check_reads, org_policies."""
+    return _load("access")[section]

@@ -36,8 +36,11 @@ def config_from_params(context: Any):
         raise AirflowFailException(str(error)) from None
 
 
-def validated_config(config, context: Any, workflow: str, what: str, zones_offering=None) -> dict[str, Any]:
+def validated_config(config, context: Any, workflow: str, what: str) -> dict[str, Any]:
     """Run preflight's rules for the workflow and log them; return the config as JSON for the next tasks.
+
+    The profile's platform adds what only it can read: on gcp, the region's zones from Compute Engine and the
+    project's access (APIs, IAM, the workers' service account, policies, the bucket), before anything is created.
 
     A finding at error level fails the task without retries: a bad configuration will not get better. So does a
     run whose waits would outlast their tasks' execution_timeout (killed mid-wait instead of ending with the
@@ -51,7 +54,11 @@ def validated_config(config, context: Any, workflow: str, what: str, zones_offer
             "this run's timeouts exceed what its tasks may run (their execution_timeout comes from the DAG's "
             f"configuration file): {'; '.join(short)}. Fix: raise the timeouts in the configuration file the DAG "
             "reads, or lower them for this run.")
-    findings = run_preflight(config, workflow=workflow, zones_offering=zones_offering)
+    from gpuflow.platform import get_platform
+
+    platform = get_platform(config)
+    findings = run_preflight(config, workflow=workflow, zones_offering=platform.zones_offering,
+                             access=platform.access_probe())
     log.info("preflight of %s:\n%s", what, format_findings(findings))
     if has_errors(findings):
         raise AirflowFailException(str(PreflightFailed(findings)))

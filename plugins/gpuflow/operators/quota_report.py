@@ -32,6 +32,7 @@ class GpuQuotaReportOperator(BaseOperator):
             else:
                 log.info("local GPUs: %s", report["gpus"])
             return {"profile": "local", **report}
+        self._check_access(config)
         readings = gpu_quota(config, compute_clients(config.gcp_conn_id))
         log.info("GPU quota for %s:\n%s", config.project, format_quota(readings))
         for reading in readings:
@@ -44,3 +45,17 @@ class GpuQuotaReportOperator(BaseOperator):
                     reading.region, reading.headroom, reading.metric, reading.needed,
                 )
         return {"profile": "gcp", "readings": [r.as_dict() for r in readings]}
+
+    @staticmethod
+    def _check_access(config) -> None:
+        """The quota reads' own APIs and permissions first: a refused read then names its fix instead of a 403."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from gpuflow.platform import get_platform
+        from gpuflow.preflight import PreflightFailed, format_findings, has_errors
+        from gpuflow.preflight.access_rules import access_findings
+
+        findings = access_findings(config, "quota_report", get_platform(config).access_probe())
+        log.info("access for the quota report:\n%s", format_findings(findings))
+        if has_errors(findings):
+            raise AirflowFailException(str(PreflightFailed(findings)))

@@ -38,12 +38,7 @@ class PreflightOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         config = self.for_this_run(config_from_params(context), context)
-        from gpuflow.platform import get_platform
-
-        # gcp: the region check asks Compute Engine; local: None, and the catalog's table decides
-        zones_offering = get_platform(config).zones_offering
-        result = validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}",
-                                  zones_offering)
+        result = validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}")
         if self.workflow == "inference" and config.deployment.mode == "persistent":
             context["ti"].xcom_push(key=ROLLOUT_KEY, value=self._plan(config, context).model_dump(mode="json"))
         return result

@@ -121,6 +121,11 @@ class GpuBackend(Backend, Protocol):
     def gpu_capacity(self) -> dict[str, Any]:
         """GPUs this profile can use: local devices, or regional quota headroom."""
 
+    def access_probe(self) -> Any:
+        """What preflight's access rules read of the project (``gpuflow.preflight.access_rules.AccessProbe``): its
+        APIs, the caller's permissions, the workers' service account, its policies, the bucket. None where there is
+        no cloud project to read (local)."""
+
 
 class Platform(ExportBackend, ImageBackend, JobBackend, GpuBackend, Protocol):
     """A profile's backends together, with what they share: the configuration, the connection, the environment.

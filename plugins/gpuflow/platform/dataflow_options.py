@@ -88,6 +88,8 @@ def dataflow_options(config: GpuflowConfig, names: ResourceNames, image: str, jo
         options.append(f"--network={config.dataflow.network}")
     if config.dataflow.subnetwork:
         options.append(f"--subnetwork={config.dataflow.subnetwork}")
+    if not config.dataflow.use_public_ips:
+        options.append("--no_use_public_ips")
     if config.gpu.zone:
         options.append(f"--worker_zone={config.gpu.zone}")
     if template_uri:
@@ -170,6 +172,7 @@ def worker_pool_fields(config: GpuflowConfig, names: ResourceNames, streaming: b
         "service_account_email": config.dataflow.service_account or "",
         "network": config.dataflow.network or "",
         "subnetwork": config.dataflow.subnetwork or "",
+        "ip_configuration": "WORKER_IP_PUBLIC" if config.dataflow.use_public_ips else "WORKER_IP_PRIVATE",
         "worker_zone": config.gpu.zone or "",
         "additional_experiments": experiments(config, streaming),
         "additional_user_labels": names.labels,

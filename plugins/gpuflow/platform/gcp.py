@@ -53,6 +53,12 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
 
         return zones_offering(self.config.project, gpu_type, region, self.clients.compute_accelerator_types())
 
+    def access_probe(self):
+        """Preflight's access check reads the project through the connection's own clients."""
+        from gpuflow.platform.gcp_access import GcpAccessProbe
+
+        return GcpAccessProbe(self.config.project, self.config.region, self.clients)
+
     def gpu_capacity(self) -> dict[str, Any]:
         """The region's GPU quota and the project-wide GPUS_ALL_REGIONS; ``enough`` is False only when a quota
         is known to be too small (an unknown one is reported with its fix)."""

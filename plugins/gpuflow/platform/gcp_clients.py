@@ -3,7 +3,8 @@
 Vertex AI, Cloud Build and Dataflow are reached through the provider's ``CustomJobHook``, ``CloudBuildHook`` and
 ``DataflowHook`` methods, and Dataflow's waits, listings and labels through its ``AsyncDataflowHook``. The clients
 here are those for which the provider (22.8.0) has no hook method: Cloud Monitoring's time series, Artifact Registry tags, Compute
-Engine quotas and accelerator types, Cloud Quotas. They are built with ``GoogleBaseHook``'s credentials and client
+Engine quotas and accelerator types, Cloud Quotas, and what preflight's access check reads (Service Usage, Resource
+Manager, IAM, Organization Policy, Compute Engine subnetworks; Cloud Storage through the provider's GCSHook). They are built with ``GoogleBaseHook``'s credentials and client
 info. Tests replace the GAPIC client classes this module constructs, and those under the hooks, with fakes that
 check every request against the API's own types, so the code here runs in tests as it runs in Airflow.
 """
@@ -45,7 +46,8 @@ class GcpClients:
             yield
 
     def monitoring_async(self):
-        """Cloud Monitoring for the smoke test's GPU-metrics trigger (the provider has no Monitoring hook)."""
+        """Cloud Monitoring for the smoke test's GPU-metrics trigger (the provider's CloudMonitoringHook, 22.8.0, reads
+        alert policies and notification channels, not time series)."""
         from google.cloud import monitoring_v3
 
         return monitoring_v3.MetricServiceAsyncClient(**self._client_kwargs())
@@ -54,6 +56,46 @@ class GcpClients:
         from google.cloud import artifactregistry_v1
 
         return artifactregistry_v1.ArtifactRegistryClient(**self._client_kwargs())
+
+    def caller_email(self) -> str | None:
+        """Who calls Google: the impersonated account, else the credentials' service account (None for a user's
+        credentials, which do not carry their email)."""
+        chain = self.impersonation_chain()
+        if chain:
+            return chain[-1]
+        email = getattr(self._base_hook.get_credentials(), "service_account_email", None)
+        return email if email and "@" in email else None
+
+    def service_usage(self):
+        from google.cloud import service_usage_v1
+
+        return service_usage_v1.ServiceUsageClient(**self._client_kwargs())
+
+    def projects(self):
+        from google.cloud import resourcemanager_v3
+
+        return resourcemanager_v3.ProjectsClient(**self._client_kwargs())
+
+    def iam(self):
+        from google.cloud import iam_admin_v1
+
+        return iam_admin_v1.IAMClient(**self._client_kwargs())
+
+    def org_policy(self):
+        from google.cloud import orgpolicy_v2
+
+        return orgpolicy_v2.OrgPolicyClient(**self._client_kwargs())
+
+    def subnetworks(self):
+        from google.cloud import compute_v1
+
+        return compute_v1.SubnetworksClient(**self._client_kwargs())
+
+    def storage(self):
+        """Cloud Storage through the provider's GCSHook (the emulator's, where the environment names one)."""
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+        return GCSHook(gcp_conn_id=self.conn_id).get_conn()
 
     @cached_property
     def _compute(self):

@@ -21,6 +21,10 @@ class LocalPlatform(LocalExport, LocalImages, LocalProcesses):
     #: No Compute Engine here: preflight's region check reads the catalog's table.
     zones_offering = None
 
+    def access_probe(self) -> None:
+        """No project, no APIs or IAM: the emulators take every call."""
+        return None
+
     def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any]:
         """nvidia-smi's readings now, where a GPU exists; otherwise says plainly that there is none. (On gcp the
         smoke test reads Cloud Monitoring in its trigger, gpuflow.triggers.monitoring.)"""

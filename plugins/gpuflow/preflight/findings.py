@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 
 class Finding(BaseModel):
-    level: Literal["error", "warning", "info"]
+    level: Literal["error", "warning", "unknown", "info"]
     field: str
     problem: str
     fix: str
@@ -21,6 +21,11 @@ def error(field: str, problem: str, fix: str) -> Finding:
 
 def warning(field: str, problem: str, fix: str) -> Finding:
     return Finding(level="warning", field=field, problem=problem, fix=fix)
+
+
+def unknown(field: str, problem: str, fix: str) -> Finding:
+    """Not read, so neither passed nor failed: why, and (``fix``) the command that would tell. Never an error."""
+    return Finding(level="unknown", field=field, problem=problem, fix=fix)
 
 
 def info(field: str, problem: str, fix: str) -> Finding:

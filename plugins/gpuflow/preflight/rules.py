@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from gpuflow.config import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
+from gpuflow.preflight.access_rules import AccessProbe, access_findings
 from gpuflow.preflight.dataproc_rules import dataproc_findings
 from gpuflow.preflight.engine_rules import vllm_engine, vllm_runs_here
 from gpuflow.preflight.findings import Finding, error, warning
@@ -262,9 +263,10 @@ PROFILE_RULES: dict[str, set[Rule]] = {
 
 
 def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference",
-                  zones_offering: ZonesOffering | None = None) -> list[Finding]:
+                  zones_offering: ZonesOffering | None = None, access: AccessProbe | None = None) -> list[Finding]:
     """Every rule of the workflow. ``zones_offering`` (gcp, from the platform): the region check asks Compute
-    Engine instead of reading the offline table."""
+    Engine instead of reading the offline table. ``access`` (gcp, from the platform): the project's APIs, IAM,
+    service account, policies and bucket are checked too (``access_rules``)."""
     # The teardown and the janitor start no job: the configuration's job rules do not apply to them.
     config_rules = [gcp_project_is_real] if workflow == "maintenance" else CONFIG_RULES
     rules = config_rules + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
@@ -275,4 +277,7 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
     if zones_offering is not None:
         rules = [functools.partial(region_offers_gpu_now, zones_offering=zones_offering) if rule is region_offers_gpu
                  else rule for rule in rules]
-    return [finding for rule in rules for finding in rule(config)]
+    findings = [finding for rule in rules for finding in rule(config)]
+    if access is not None:
+        findings += access_findings(config, workflow, access)
+    return findings
