@@ -74,11 +74,12 @@ bench: venv ## the benchmarks, run by hand: ratios measured side by side
 	$(BIN)/python benchmarks/model_load.py
 	$(BIN)/python benchmarks/dag_parse.py
 
-# Copy dags/, plugins/ and data/ (beam_jobs, configs, docker, spark_jobs) into a Cloud Composer environment and
-# install the PyPI packages it lacks. DRY_RUN=1 prints the gcloud commands without running them.
-deploy-composer: venv ## copy gpuflow into a Cloud Composer environment (ENV=… LOCATION=… [DRY_RUN=1])
-	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [DRY_RUN=1]"; exit 2; }
-	$(BIN)/gpuflow deploy-composer --environment "$(ENV)" --location "$(LOCATION)" $(if $(DRY_RUN),--dry-run)
+# Copy dags/, plugins/ and data/ (beam_jobs, configs, docker, spark_jobs) into a Cloud Composer environment, add
+# the PyPI packages it lacks (keeping every one it has), create the gpuflow_gpu pool, and (CONFIG=) install your
+# configuration as the DAGs' default. DRY_RUN=1 reads the environment and prints what would change.
+deploy-composer: venv ## deploy into a Cloud Composer environment (ENV=… LOCATION=… [PROJECT=…] [CONFIG=…] [DRY_RUN=1])
+	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [PROJECT=project] [CONFIG=my-gcp.yaml] [DRY_RUN=1]"; exit 2; }
+	$(BIN)/gpuflow deploy-composer --environment "$(ENV)" --location "$(LOCATION)" $(if $(PROJECT),--project "$(PROJECT)") $(if $(CONFIG),--config "$(CONFIG)") $(if $(DRY_RUN),--dry-run)
 
 clean: ## remove the demo's Airflow home and the tool caches
 	rm -rf $(DEMO_HOME) .pytest_cache .ruff_cache

@@ -290,17 +290,14 @@ def cmd_launch_command(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy_composer(args: argparse.Namespace) -> int:
-    import shlex
+    from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployRefused
 
-    from gpuflow.composer import composer_requirements, deploy_commands
-
-    requirements_file = Path(args.requirements_file)
-    requirements_file.write_text("\n".join(composer_requirements()) + "\n")
-    print(f"# wrote {requirements_file} for Composer (without Airflow and the packages Composer ships)")
-    for command in deploy_commands(args.environment, args.location, requirements_file):
-        print(shlex.join(command), flush=True)
-        if not args.dry_run:
-            subprocess.run(command, check=True)
+    target = ComposerTarget(args.environment, args.location, args.project, args.conn_id)
+    try:
+        ComposerDeployment(target).deploy(Path(args.config) if args.config else None, dry_run=args.dry_run)
+    except DeployRefused as refused:
+        print(f"deploy-composer: refused, nothing was changed: {refused}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -368,10 +365,17 @@ def build_parser() -> argparse.ArgumentParser:
     launch.set_defaults(func=cmd_launch_command)
 
     deploy = commands.add_parser("deploy-composer", help="copy gpuflow into a Cloud Composer environment")
-    deploy.add_argument("--environment", required=True)
-    deploy.add_argument("--location", required=True)
-    deploy.add_argument("--requirements-file", default="requirements-composer.txt")
-    deploy.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    deploy.add_argument("--environment", required=True, help="the Composer environment's name")
+    deploy.add_argument("--location", required=True, help="its region, e.g. europe-west4")
+    deploy.add_argument("--project", default=None, help="its project (default: the connection's)")
+    deploy.add_argument("--conn-id", default="google_cloud_default",
+                        help="the Airflow connection whose identity deploys (default: google_cloud_default, or "
+                             "Application Default Credentials through it)")
+    deploy.add_argument("--config", default=None,
+                        help="your gcp configuration: it becomes the DAGs' default (data/site/gpuflow.yaml); a "
+                             "later deploy without --config leaves it as it is")
+    deploy.add_argument("--dry-run", action="store_true",
+                        help="read the environment and print what would change; change nothing")
     deploy.set_defaults(func=cmd_deploy_composer)
 
     emulators = commands.add_parser("emulators", help="start the local profile's emulators")

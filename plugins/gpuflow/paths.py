@@ -17,6 +17,20 @@ def project_path(relative: str) -> Path:
     return next((path for path in candidates if path.exists()), candidates[0])
 
 
+#: A deployment's own configuration, under data/ on Composer (``gpuflow deploy-composer --config``): where it exists,
+#: the DAGs whose default is configs/local.yaml read it instead. No repository file lies there, so a redeploy never
+#: overwrites it.
+SITE_CONFIG = "site/gpuflow.yaml"
+
+
+def default_config_file(dag_default: str) -> str:
+    """The configuration a DAG reads by default: the deployment's own where there is one (for DAGs that default to
+    the local profile's file), else the DAG's."""
+    if dag_default == "configs/local.yaml" and project_path(SITE_CONFIG).exists():
+        return SITE_CONFIG
+    return dag_default
+
+
 def resolve_config_path(config_file: str | Path | None, default: str = "configs/local.yaml") -> Path:
     """Relative paths are looked up in the working directory, then in the project root."""
     path = Path(config_file or project_path(default))

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 from airflow.sdk import Param
 
-from gpuflow.paths import resolve_config_path
+from gpuflow.paths import default_config_file, resolve_config_path
 
 #: The Params' JSON schemas and defaults, generated from the pydantic model (`gpuflow params-schema --write`;
 #: a test keeps it current). Read from a file so that parsing a DAG never builds the pydantic schema.
@@ -106,7 +106,9 @@ class FormLayout:
     __slots__ = ("config_file", "run_fields", "sections")
 
     def __init__(self, config_file: str, run_fields: tuple[str, ...], sections: tuple[str, ...]):
-        self.config_file, self.run_fields, self.sections = config_file, run_fields, sections
+        # A deployment's own file (paths.SITE_CONFIG, written by deploy-composer --config) wins over the local default.
+        self.config_file = default_config_file(config_file)
+        self.run_fields, self.sections = run_fields, sections
 
 
 #: The attribute of a DAG that holds its FormLayout (``attach_trigger_form``): its tasks read the form there.

@@ -6,30 +6,10 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from gpuflow.composer import DATA_FOLDERS, composer_requirements
 from tests.helpers import ROOT
-
-
-def test_make_deploy_composer_dry_run_prints_the_gcloud_commands_and_runs_none(tmp_path):
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    (tmp_path / "gcloud").write_text("#!/bin/sh\necho gcloud must not run in a dry run >&2; exit 3\n")
-    (tmp_path / "gcloud").chmod(0o755)
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuflow.cli", "deploy-composer", "--environment", "gpuflow-prod",
-         "--location", "europe-west4", "--requirements-file", str(tmp_path / "req.txt"), "--dry-run"],
-        capture_output=True, text=True, env=env, cwd=ROOT, check=True)
-    commands = [line for line in result.stdout.splitlines() if line.startswith("gcloud ")]
-    where = "--environment=gpuflow-prod --location=europe-west4"
-    dag_files = sorted(p.name for p in (ROOT / "dags").glob("*.py"))
-    assert commands == [
-        *(f"gcloud composer environments storage dags import {where} --source={ROOT}/dags/{name}" for name in dag_files),
-        f"gcloud composer environments storage plugins import {where} --source={ROOT}/plugins/gpuflow",
-        *(f"gcloud composer environments storage data import {where} --source={ROOT}/{folder}"
-          for folder in DATA_FOLDERS),
-        "gcloud composer environments update gpuflow-prod --location=europe-west4 "
-        f"--update-pypi-packages-from-file={tmp_path}/req.txt",
-    ]
-    assert (tmp_path / "req.txt").read_text().splitlines() == composer_requirements()
 
 
 def test_composer_requirements_never_replace_composers_airflow_or_beam():
@@ -37,6 +17,49 @@ def test_composer_requirements_never_replace_composers_airflow_or_beam():
     assert not [line for line in wanted
                 if line.startswith(("apache-airflow", "apache-beam", "torch", "pyspark", "gcp-storage"))]
     assert "google-cloud-artifact-registry==1.23.0" in wanted
+
+
+def test_composer_gets_ranges_that_accept_a_newer_package_never_pins():
+    from gpuflow.composer import composer_ranges
+
+    ranges = composer_ranges(["google-cloud-artifact-registry==1.23.0", "openai==2.54.0"])
+    assert ranges == {"google-cloud-artifact-registry": ">=1.23.0,<2", "openai": ">=2.54.0,<3"}
+
+
+def test_the_merge_keeps_every_package_and_adds_or_raises_only_gpuflows():
+    from gpuflow.composer import merged_packages
+
+    current = {"pandas-gbq": "==0.29.0", "openai": "==1.99.0", "google-cloud-quotas": "==0.7.0"}
+    plan = merged_packages(current, {"openai": ">=2.54.0,<3", "google-cloud-quotas": ">=0.6.3,<1",
+                                     "dockerfile-parse": ">=2.0.1,<3"})
+    assert plan.packages == {"pandas-gbq": "==0.29.0", "openai": ">=2.54.0,<3", "google-cloud-quotas": "==0.7.0",
+                             "dockerfile-parse": ">=2.0.1,<3"}
+    assert plan.added == {"dockerfile-parse": ">=2.0.1,<3"} and set(plan.raised) == {"openai"}
+    assert plan.kept == {"google-cloud-quotas": "==0.7.0"}
+
+
+@pytest.mark.parametrize(("image", "refused"), [
+    ("composer-3-airflow-3.3.1-build.0", False), ("composer-3-airflow-3.3.2-build.1", False),
+    ("composer-3-airflow-3.1.8-build.3", True), ("composer-3-airflow-3.2.2-build.1", True),
+    ("composer-2.9.7-airflow-2.10.2", True), ("something-else", True),
+])
+def test_an_image_below_the_floor_is_refused_with_the_upgrade_command(image, refused):
+    from gpuflow.composer import image_too_old
+
+    problem = image_too_old(image)
+    assert bool(problem) == refused
+    if refused:
+        assert "--image-version composer-3-airflow-3.3.1-build.10" in problem
+
+
+def test_only_files_an_earlier_deploy_copied_are_stale():
+    from gpuflow.composer import deploy_files, stale_files
+
+    files = deploy_files()
+    assert "dags/llm_streaming_inference.py" in files and "plugins/gpuflow/composer.py" in files
+    assert "data/configs/local.yaml" in files and not [name for name in files if "__pycache__" in name]
+    previous = [*files, "dags/old_gpuflow_dag.py", "data/site/gpuflow.yaml"]
+    assert stale_files(previous, files) == ["dags/old_gpuflow_dag.py"]
 
 
 def test_the_dags_load_and_find_their_files_from_composers_layout(tmp_path):
@@ -47,6 +70,9 @@ def test_the_dags_load_and_find_their_files_from_composers_layout(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     for folder in DATA_FOLDERS:
         shutil.copytree(ROOT / folder, gcs / "data" / folder)
+    (gcs / "data" / "site").mkdir()  # what deploy-composer --config installs
+    (gcs / "data" / "site" / "gpuflow.yaml").write_text(
+        (ROOT / "configs" / "gcp.example.yaml").read_text().replace("my-gcp-project", "acme-ml-prod"))
     probe = f"""
 import json
 from airflow.dag_processing.dagbag import DagBag
@@ -58,7 +84,9 @@ config = load_config("configs/gcp.example.yaml")
 render_recipe(config, __import__("pathlib").Path({str(tmp_path / 'context')!r}))
 print(json.dumps({{"package": gpuflow.__file__, "errors": {{k: str(v) for k, v in bag.import_errors.items()}},
                   "dags": sorted(bag.dag_ids), "beam_jobs": str(beam_jobs_dir()), "recipes": str(RECIPES_DIR),
-                  "profile": config.profile}}))
+                  "profile": config.profile,
+                  "forms": {{dag_id: [dag.gpuflow_form.config_file, dag.params["profile"], dag.params["project"]]
+                            for dag_id, dag in bag.dags.items()}}}}))
 """
     env = {**os.environ, "PYTHONPATH": f"{gcs / 'dags'}:{gcs / 'plugins'}"}
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -71,3 +99,9 @@ print(json.dumps({{"package": gpuflow.__file__, "errors": {{k: str(v) for k, v i
     assert (found["beam_jobs"], found["recipes"]) == (str(gcs / "data" / "beam_jobs"), str(gcs / "data" / "docker"))
     assert found["profile"] == "gcp"  # configs/ was found under data/
     assert (tmp_path / "context" / "Dockerfile").exists()
+    # The deployment's own configuration is every local-default DAG's default; the Dataproc DAG keeps its own.
+    site = ["site/gpuflow.yaml", "gcp", "acme-ml-prod"]
+    assert {dag_id: form for dag_id, form in found["forms"].items() if form == site}.keys() == {
+        "gpu_quota_report", "gpuflow_janitor", "llm_batch_inference", "llm_streaming_inference",
+        "llm_streaming_teardown"}
+    assert found["forms"]["dataproc_gpu_batch"][0] == "configs/dataproc.example.yaml"

@@ -88,3 +88,18 @@ def test_the_demo_model_is_refused_on_gcp_for_inference_only():
     assert [(f.field, f.fix) for f in inference] == [
         ("model.name", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")]
     assert not [f for f in run_preflight(config, check_environment=False, workflow="dataproc") if f.level == "error"]
+
+
+@pytest.mark.parametrize(("package", "installed", "fails"), [
+    ("apache-airflow", "3.3.1+composer", False), ("apache-airflow", "3.2.2", True),
+    ("apache-airflow-providers-google", "22.2.0", True), ("apache-airflow-providers-apache-beam", "6.3.1", False),
+])
+def test_airflow_and_providers_below_the_composer_floor_fail_with_the_upgrade(monkeypatch, package, installed, fails):
+    from gpuflow.preflight.rules import airflow_at_floor
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: installed if name == package else real(name))
+    findings = list(airflow_at_floor(load_config(None)))
+    assert bool(findings) == fails
+    if fails:
+        assert package in findings[0].problem and "--image-version composer-3-airflow-3.3.1-build" in findings[0].fix

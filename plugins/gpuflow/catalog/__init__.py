@@ -191,3 +191,8 @@ def access_needs() -> dict[str, AccessNeed]:
 def access_table(section: str) -> dict[str, Any]:
     """One of access.yaml's other sections: worker_service_account, check_reads, org_policies."""
     return _load("access")[section]
+
+
+def composer_floor() -> dict[str, Any]:
+    """The oldest Composer image line and packages gpuflow runs on (composer.yaml's floor, with its source)."""
+    return _load("composer")["floor"]

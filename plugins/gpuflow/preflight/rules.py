@@ -180,6 +180,23 @@ def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Find
         )
 
 
+def airflow_at_floor(config: GpuflowConfig) -> Iterator[Finding]:
+    """Airflow and its providers where the task runs: at least the Composer floor gpuflow is tested on."""
+    from gpuflow.catalog import composer_floor, version_tuple
+
+    floor = composer_floor()
+    for package, oldest in floor["packages"].items():
+        try:
+            installed = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            installed = None
+        if installed is None or version_tuple(installed.split("+", 1)[0]) < version_tuple(oldest):
+            yield error("profile", f"{package} {installed or '(not installed)'} is below gpuflow's floor {oldest}, "
+                        "the oldest tested (Composer 3 with Airflow 3.3.1)",
+                        f"on Composer: gcloud composer environments update ENVIRONMENT --location LOCATION "
+                        f"--image-version {floor['newest_image']}; elsewhere: pip install '{package}>={oldest}'")
+
+
 def gcp_connection_defined(config: GpuflowConfig) -> Iterator[Finding]:
     """The gcp profile's hooks read this Airflow connection; a missing one would fail after setup began."""
     try:
@@ -246,10 +263,12 @@ WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
 
 #: What each workflow needs of the machine it runs on.
 ENVIRONMENT_RULES: dict[str, list[Rule]] = {
-    "inference": [gcp_connection_defined, launch_environment_matches_container, emulators_answer, vllm_runs_here],
-    "batch": [gcp_connection_defined, launch_environment_matches_container, emulators_answer, vllm_runs_here],
-    "dataproc": [java_for_local_spark],
-    "maintenance": [gcp_connection_defined, emulators_answer],
+    "inference": [airflow_at_floor, gcp_connection_defined, launch_environment_matches_container, emulators_answer,
+                  vllm_runs_here],
+    "batch": [airflow_at_floor, gcp_connection_defined, launch_environment_matches_container, emulators_answer,
+              vllm_runs_here],
+    "dataproc": [airflow_at_floor, java_for_local_spark],
+    "maintenance": [airflow_at_floor, gcp_connection_defined, emulators_answer],
 }
 
 

@@ -1,0 +1,93 @@
+"""deploy-composer against a faked Composer (its environments API and Airflow REST API, at the client boundary
+under the provider's CloudComposerHook) and the GCS emulator as the environment's bucket."""
+
+import json
+
+import pytest
+from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+from gpuflow.composer import MANIFEST, deploy_files
+from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployRefused
+from gpuflow.paths import SITE_CONFIG
+from tests.gcp_fakes.composer import FakeComposer
+from tests.helpers import GCP_TEST_PROJECT, ROOT
+
+pytestmark = pytest.mark.integration
+
+TARGET = ComposerTarget("shared", "europe-west4", GCP_TEST_PROJECT)
+
+
+@pytest.fixture
+def composer(gcs_bucket, monkeypatch):
+    fake = FakeComposer().install(monkeypatch)
+    gcs = gcs_bucket(fake.bucket)
+    for name in gcs.list(fake.bucket):  # each test starts from an environment gpuflow never touched
+        gcs.delete(fake.bucket, name)
+    gcs.upload(fake.bucket, "dags/team_etl.py", data="# another team's DAG\n")
+    return fake
+
+
+def deploy(config=None, dry_run=False):
+    said = []
+    summary = ComposerDeployment(TARGET, say=said.append).deploy(config, dry_run=dry_run)
+    return summary, "\n".join(said)
+
+
+def objects(composer):
+    return set(GCSHook(gcp_conn_id="google_cloud_default").list(composer.bucket))
+
+
+def test_a_dry_run_reads_the_environment_says_what_would_change_and_writes_nothing(composer):
+    before = objects(composer)
+    summary, said = deploy(dry_run=True)
+    assert objects(composer) == before and composer.pools == {}
+    assert [type(r).__name__ for r in composer.requests] == ["GetEnvironmentRequest"]
+    assert "add google-cloud-artifact-registry>=1.23.0,<2" in said and "raise openai==1.99.0 to openai>=2.54.0,<3" in said
+    assert "pool gpuflow_gpu: create it" in said and "dry run: nothing was changed" in said
+    assert summary["files"]["copied"] == len(deploy_files())
+
+
+def test_a_deploy_keeps_every_package_it_did_not_add_and_creates_the_pool(composer):
+    deploy()
+    assert composer.pypi_packages["pandas-gbq"] == "==0.29.0"  # another team's, kept
+    assert composer.pypi_packages["openai"] == ">=2.54.0,<3"  # gpuflow's, raised
+    assert composer.pypi_packages["google-cloud-service-usage"] == ">=1.18.0,<2"
+    assert not [name for name in composer.pypi_packages if name.startswith(("apache-airflow", "apache-beam"))]
+    assert composer.pools["gpuflow_gpu"] == {"name": "gpuflow_gpu", "slots": 1, "include_deferred": True,
+                                             "description": "gpuflow: GPU jobs start one at a time"}
+    found = objects(composer)
+    assert "dags/team_etl.py" in found and set(deploy_files()) <= found and MANIFEST in found
+    _, said = deploy()  # again: nothing new to add, the pool is there
+    assert "pool gpuflow_gpu: exists" in said and composer.pools["gpuflow_gpu"]["slots"] == 1
+
+
+def test_a_redeploy_removes_only_gpuflows_own_stale_files(composer):
+    gcs = GCSHook(gcp_conn_id="google_cloud_default")
+    gcs.upload(composer.bucket, MANIFEST, data=json.dumps(["dags/gpuflow_retired.py", "dags/llm_batch_inference.py"]))
+    gcs.upload(composer.bucket, "dags/gpuflow_retired.py", data="# a DAG gpuflow no longer ships\n")
+    summary, said = deploy()
+    assert summary["files"]["removed"] == ["dags/gpuflow_retired.py"] and "remove dags/gpuflow_retired.py" in said
+    found = objects(composer)
+    assert "dags/gpuflow_retired.py" not in found and "dags/team_etl.py" in found
+    assert json.loads(gcs.download(composer.bucket, MANIFEST)) == sorted(deploy_files())
+
+
+def test_an_image_below_the_floor_is_refused_before_anything_changes(composer):
+    composer.image_version = "composer-3-airflow-3.1.8-build.3"
+    before = objects(composer)
+    with pytest.raises(DeployRefused, match="--image-version composer-3-airflow-3.3.1-build.10"):
+        deploy()
+    assert objects(composer) == before and composer.pools == {} and "openai" in composer.pypi_packages
+    assert composer.pypi_packages["openai"] == "==1.99.0"
+
+
+def test_the_teams_configuration_becomes_the_default_and_a_redeploy_keeps_it(composer, tmp_path):
+    mine = tmp_path / "acme.yaml"
+    mine.write_text((ROOT / "configs" / "gcp.example.yaml").read_text().replace("my-gcp-project", "acme-ml-prod"))
+    deploy(config=mine)
+    gcs = GCSHook(gcp_conn_id="google_cloud_default")
+    assert "acme-ml-prod" in gcs.download(composer.bucket, f"data/{SITE_CONFIG}").decode()
+    deploy()  # no --config: the team's file stays
+    assert "acme-ml-prod" in gcs.download(composer.bucket, f"data/{SITE_CONFIG}").decode()
+    with pytest.raises(DeployRefused, match="profile: gcp"):
+        deploy(config=ROOT / "configs" / "local.yaml")
