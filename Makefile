@@ -11,8 +11,8 @@ PIP_QUIET := grep -v '^WARNING: Location' || true
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv demo test test-unit test-integration test-live lint bench clean deploy-composer browser lock \
-	images-check
+.PHONY: help venv demo test test-unit test-integration test-live test-composer lint bench clean deploy-composer \
+	browser lock images-check
 
 # `make` alone says what each target does: the text after `##` on a target's line.
 help: ## this list
@@ -68,6 +68,36 @@ $(CHROMIUM):
 
 test: venv lint browser ## everything: lint, then every test (unit, integration, live); about 21 minutes
 	$(BIN)/python -m pytest -n 2 --dist worksteal
+
+# Composer's floor (plugins/gpuflow/catalog/composer.yaml): its Airflow and providers, the lines of Composer's own
+# package list that could be read (../shared/composer), and gpuflow's own pins for the rest (requirements.txt less
+# the three floor packages). The tests that matter on Composer then run from a tree laid out as deploy-composer
+# copies it (tests/composer_tree.py), with only dags/, plugins/ and the tests on sys.path.
+COMPOSER_VENV := .venv-composer
+COMPOSER_TREE := .composer-tree
+COMPOSER_CONSTRAINTS := ../shared/composer/constraints-composer-3-airflow-3.3.1-build.0.txt
+COMPOSER_FLOOR := apache-airflow==3.3.1 apache-airflow-providers-google==22.2.2 apache-airflow-providers-apache-beam==6.2.3
+COMPOSER_TESTS := tests/unit/test_dag_parse.py tests/unit/test_triggers.py tests/integration/test_dag_local.py \
+	tests/integration/test_dag_batch_local.py tests/integration/test_janitor_local.py \
+	tests/integration/test_dag_quota_report.py tests/integration/test_dag_dataproc.py \
+	tests/integration/test_airflow_live.py
+
+$(COMPOSER_VENV)/.installed: requirements.txt requirements-dev.txt $(COMPOSER_CONSTRAINTS)
+	test -x $(COMPOSER_VENV)/bin/python || $(PYTHON) -m venv $(COMPOSER_VENV)
+	grep -v -E '^(apache-airflow|apache-airflow-providers-google|apache-airflow-providers-apache-beam)==' \
+	  requirements.txt > $(COMPOSER_VENV)/requirements-rest.txt
+	grep -E '^(pytest|pytest-timeout|pytest-xdist|playwright)==' requirements-dev.txt > $(COMPOSER_VENV)/requirements-test.txt
+	$(COMPOSER_VENV)/bin/pip install -q -c $(COMPOSER_CONSTRAINTS) $(COMPOSER_FLOOR) \
+	  -r $(COMPOSER_VENV)/requirements-rest.txt -r $(COMPOSER_VENV)/requirements-test.txt 2>&1 | $(PIP_QUIET)
+	touch $@
+
+test-composer: venv browser $(COMPOSER_VENV)/.installed ## the DAGs at Composer's floor (Airflow 3.3.1), from Composer's bucket layout
+	$(BIN)/python -m tests.composer_tree $(COMPOSER_TREE)
+	cd $(COMPOSER_TREE) && PYTHONPATH=dags:plugins:. ../$(COMPOSER_VENV)/bin/python -c \
+	  "from importlib.metadata import version as v; print('test-composer at', *(f'{p} {v(p)}' for p in \
+	  ('apache-airflow', 'apache-airflow-providers-google', 'apache-airflow-providers-apache-beam', 'apache-beam')))"
+	cd $(COMPOSER_TREE) && PYTHONPATH=dags:plugins:. ../$(COMPOSER_VENV)/bin/python -m pytest -n 2 --dist worksteal \
+	  -p no:cacheprovider $(COMPOSER_TESTS)
 
 bench: venv ## the benchmarks, run by hand: ratios measured side by side
 	$(BIN)/gpuflow emulators run -- $(BIN)/python benchmarks/inference_throughput.py

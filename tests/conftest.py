@@ -29,7 +29,9 @@ os.environ.update(
         "GPUFLOW_TRIGGER_SETTLE_S": "0",
     }
 )
-sys.path.insert(0, str(ROOT / "beam_jobs"))
+# beam_jobs/ beside plugins/ in a checkout, under data/ in Composer's layout (make test-composer)
+BEAM_JOBS = ROOT / "beam_jobs" if (ROOT / "beam_jobs").is_dir() else ROOT / "data" / "beam_jobs"
+sys.path.insert(0, str(BEAM_JOBS))
 
 # The test configuration: the local profile with its own state directory.
 TEST_STATE_DIR = Path(tempfile.mkdtemp(prefix="gpuflow-test-state-"))
@@ -81,7 +83,7 @@ def _export(model_dir: Path, tmp_path_factory) -> Path:
     """The model exported with download_model.py local (bf16 state_dict, config, tokenizer)."""
     target = tmp_path_factory.mktemp("export") / "state_dict.pth"
     subprocess.run(
-        [sys.executable, str(ROOT / "beam_jobs" / "download_model.py"), "local", "--model-name", str(model_dir),
+        [sys.executable, str(BEAM_JOBS / "download_model.py"), "local", "--model-name", str(model_dir),
          "--state-dict-path", str(target)],
         check=True, capture_output=True,
     )

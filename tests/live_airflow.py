@@ -83,7 +83,7 @@ class LiveAirflow:
             try:
                 if requests.get(f"{self.url}/api/v2/monitor/health", timeout=2).ok:
                     return
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or listening but still starting (a read timeout)
                 pass
             time.sleep(1)
         raise TimeoutError(f"the api-server did not answer within {timeout_s}s: {self.log_tail('api-server')}")

@@ -17,10 +17,14 @@ from typing import Any
 
 from airflow.providers.google.cloud.triggers.cloud_build import CloudBuildCreateBuildTrigger
 from airflow.providers.google.cloud.triggers.dataproc import DataprocBatchTrigger
-from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
 from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.settle import SETTLE_S, settled
+
+try:  # the provider's (22.8.0); Composer's floor, 22.2.2, has none: gpuflow's copy of it
+    from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
+except ImportError:
+    from gpuflow.triggers.vertex_custom_job import CustomJobTrigger
 
 
 class _TimeoutAndCancel:
