@@ -80,7 +80,7 @@ COMPOSER_FLOOR := apache-airflow==3.3.1 apache-airflow-providers-google==22.2.2 
 COMPOSER_TESTS := tests/unit/test_dag_parse.py tests/unit/test_triggers.py tests/integration/test_dag_local.py \
 	tests/integration/test_dag_batch_local.py tests/integration/test_janitor_local.py \
 	tests/integration/test_dag_quota_report.py tests/integration/test_dag_dataproc.py \
-	tests/integration/test_airflow_live.py
+	tests/integration/test_deployment_local.py tests/integration/test_airflow_live.py
 
 $(COMPOSER_VENV)/.installed: requirements.txt requirements-dev.txt $(COMPOSER_CONSTRAINTS)
 	test -x $(COMPOSER_VENV)/bin/python || $(PYTHON) -m venv $(COMPOSER_VENV)
