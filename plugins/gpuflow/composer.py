@@ -49,13 +49,9 @@ def composer_requirements(requirements: Path | None = None) -> list[str]:
 _IMAGE = re.compile(r"^composer-(?P<major>\d+)(?:\.[\d.]+)?-airflow-(?P<airflow>\d+\.\d+\.\d+)(?:-build\.\d+)?$")
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+", 1)[0])[:3])
-
-
 def image_too_old(image_version: str) -> str | None:
     """Why the environment's image is below gpuflow's floor, with the upgrade command; None when it is not."""
-    from gpuflow.catalog import composer_floor
+    from gpuflow.catalog import composer_floor, version_tuple
 
     floor = composer_floor()
     wanted = floor["packages"]["apache-airflow"]
@@ -86,7 +82,7 @@ def composer_ranges(requirements: list[str] | None = None) -> dict[str, str]:
         if not version:
             ranges[package_name(line)] = line[len(package_name(line)):].strip()
             continue
-        major = version_tuple(version)[0]
+        major = int(version.split(".", 1)[0])
         ranges[package_name(name)] = f">={version},<{major + 1}"
     return ranges
 
