@@ -1,3 +1,4 @@
+import re
 import sys
 from importlib import metadata
 
@@ -103,3 +104,20 @@ def test_airflow_and_providers_below_the_composer_floor_fail_with_the_upgrade(mo
     assert bool(findings) == fails
     if fails:
         assert package in findings[0].problem and "--image-version composer-3-airflow-3.3.1-build" in findings[0].fix
+
+
+@pytest.mark.parametrize(("account", "fails"), [
+    ("gpuflow-worker", True), ("gpuflow-worker@acme-ml-prod", True), ("Worker@acme.iam.gserviceaccount.com", True),
+    ("gpuflow-worker@acme-ml-prod.iam.gserviceaccount.com", False),
+    ("123456789012-compute@developer.gserviceaccount.com", False),
+])
+def test_a_worker_service_account_that_is_no_email_fails_and_the_fix_clears_it(account, fails):
+    from tests.gcp_fakes import gcp_test_config
+
+    findings = [f for f in run_preflight(gcp_test_config(f"dataflow.service_account={account}"),
+                                         check_environment=False) if f.field == "dataflow.service_account"]
+    assert bool(findings) == fails
+    if fails:
+        fixed = re.search(r"NAME@(\S+)", findings[0].fix).group(0).replace("NAME", "gpuflow-worker")
+        assert not [f for f in run_preflight(gcp_test_config(f"dataflow.service_account={fixed}"),
+                                             check_environment=False) if f.field == "dataflow.service_account"]

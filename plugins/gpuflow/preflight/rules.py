@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -37,6 +38,21 @@ def gcp_project_is_real(config: GpuflowConfig) -> Iterator[Finding]:
     if config.project in PLACEHOLDER_PROJECTS:
         yield error("project", f"{config.project!r} is gpuflow's placeholder, not your Google Cloud project",
                     "set project to your project id (gcloud config get-value project)")
+
+
+#: A service account's email: NAME@PROJECT.iam.gserviceaccount.com, or Google's own kinds (the Compute Engine default
+#: account, PROJECT_NUMBER-compute@developer.gserviceaccount.com).
+SERVICE_ACCOUNT_EMAIL = re.compile(r"^[a-z0-9][a-z0-9-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$")
+
+
+def service_account_well_formed(config: GpuflowConfig) -> Iterator[Finding]:
+    """Dataflow takes only a service account's email; anything else fails the launch after setup and export."""
+    account = config.dataflow.service_account
+    if account and not SERVICE_ACCOUNT_EMAIL.match(account):
+        yield error("dataflow.service_account", f"{account!r} is not a service account's email",
+                    f"set dataflow.service_account to NAME@{config.project}.iam.gserviceaccount.com (gcloud iam "
+                    f"service-accounts list --project={config.project}), or leave it empty for Compute Engine's "
+                    "default account")
 
 
 def gcp_runs_on_gpu(config: GpuflowConfig) -> Iterator[Finding]:
@@ -135,6 +151,7 @@ def batch_locations_usable(config: GpuflowConfig) -> Iterator[Finding]:
 CONFIG_RULES: list[Rule] = [
     vllm_engine,
     gcp_project_is_real,
+    service_account_well_formed,
     gcp_runs_on_gpu,
     batch_sizes_ordered,
     streaming_batches_across_bundles,
@@ -275,7 +292,7 @@ ENVIRONMENT_RULES: dict[str, list[Rule]] = {
 #: The rules of one profile only: run_preflight drops the other profile's (the one place preflight picks by profile;
 #: the rules themselves never ask).
 PROFILE_RULES: dict[str, set[Rule]] = {
-    "gcp": {gcp_project_is_real, gcp_runs_on_gpu, demo_model_is_local_only, batch_paths_on_gcs, gcp_connection_defined,
+    "gcp": {gcp_project_is_real, service_account_well_formed, gcp_runs_on_gpu, demo_model_is_local_only, batch_paths_on_gcs, gcp_connection_defined,
             export_lock},
     "local": {hub_model_cached_locally, emulators_answer, java_for_local_spark, vllm_runs_here},
 }
