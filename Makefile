@@ -66,7 +66,7 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y -q chromium > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
 
-test: venv lint browser ## everything: lint, then every test (unit, integration, live); about 22 minutes
+test: venv lint browser ## everything: lint, then every test (unit, integration, live); about 21 minutes
 	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 # Composer's floor (plugins/gpuflow/catalog/composer.yaml): its Airflow and providers, the lines of Composer's own
