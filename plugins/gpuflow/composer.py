@@ -38,8 +38,7 @@ def composer_requirements(requirements: Path | None = None) -> list[str]:
         line = line.split("#", 1)[0].strip()
         if not line or line.startswith("-"):
             continue
-        name = re.split(r"[\[=<>!~ ]", line, maxsplit=1)[0].lower()
-        if name not in COMPOSER_PROVIDES_OR_NOT_NEEDED:
+        if package_name(line) not in COMPOSER_PROVIDES_OR_NOT_NEEDED:
             wanted.append(line)
     return wanted
 

@@ -42,10 +42,17 @@ def autospec_client(real_class: type, answers: dict[str, Any]):
     return client
 
 
+def as_api_type(request_type: type, request: Any) -> Any:
+    """A dict request as the real client makes it: the API's own type (proto-plus takes the dict, a plain protobuf
+    message such as google.iam.v1's takes its fields); anything else as it came."""
+    if not isinstance(request, dict):
+        return request
+    return request_type(**request) if hasattr(request_type, "DESCRIPTOR") else request_type(request)
+
+
 def _typed(request_type: type, request: Any) -> Any:
-    """A dict request as the real client makes it: the API's own type (proto-plus, or a protobuf message)."""
-    if isinstance(request, dict):
-        request = request_type(**request) if hasattr(request_type, "DESCRIPTOR") else request_type(request)
+    """The request as the API's own type; any other type fails."""
+    request = as_api_type(request_type, request)
     assert isinstance(request, request_type), f"expected {request_type.__name__}, got {type(request).__name__}"
     return request
 

@@ -10,7 +10,7 @@ from google.cloud import aiplatform_v1, dataflow_v1beta3, monitoring_v3
 from google.cloud.dataflow_v1beta3.services.messages_v1_beta3 import pagers
 from google.cloud.devtools import cloudbuild_v1
 
-from tests.gcp_fakes.access import ACCESS_CLIENTS, FakeProjectAccess
+from tests.gcp_fakes.access import ACCESS_CLIENTS, FakeProjectAccess, as_api_type
 from tests.gcp_fakes.cloud_build import FakeArtifactRegistry, FakeCloudBuild
 from tests.gcp_fakes.compute import FakeAcceleratorTypesClient, FakeCloudQuotas, FakeProjectsClient, FakeRegionsClient
 from tests.gcp_fakes.dataflow import FakeDataflow, FakeDataflowRest
@@ -45,11 +45,7 @@ class TypedClient:
         self._fake, self._requests, self._real_class = fake, requests, real_class
 
     def _typed(self, method: str, request: Any) -> Any:
-        request_type = self._requests[method]
-        if not isinstance(request, dict):
-            return request
-        # proto-plus types take the dict; plain protobuf ones (google.iam.v1's) take its fields
-        return request_type(**request) if hasattr(request_type, "DESCRIPTOR") else request_type(request)
+        return as_api_type(self._requests[method], request)
 
     def __getattr__(self, name: str) -> Any:
         if name not in self._requests:

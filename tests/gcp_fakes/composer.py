@@ -16,7 +16,7 @@ from unittest import mock
 
 from google.cloud.orchestration.airflow import service_v1
 
-from tests.gcp_fakes.access import autospec_client
+from tests.gcp_fakes.access import _typed, autospec_client
 
 ENVIRONMENTS_CLIENT = service_v1.EnvironmentsClient
 
@@ -52,15 +52,13 @@ class FakeComposer:
                                                       pypi_packages=dict(self.pypi_packages))))
 
     def get_environment(self, request=None, **_options):
-        request = service_v1.GetEnvironmentRequest(request) if isinstance(request, dict) else request
-        assert isinstance(request, service_v1.GetEnvironmentRequest)
+        request = _typed(service_v1.GetEnvironmentRequest, request)
         self.requests.append(request)
         assert request.name == self.name, request.name
         return self.environment()
 
     def update_environment(self, request=None, **_options):
-        request = service_v1.UpdateEnvironmentRequest(request) if isinstance(request, dict) else request
-        assert isinstance(request, service_v1.UpdateEnvironmentRequest)
+        request = _typed(service_v1.UpdateEnvironmentRequest, request)
         self.requests.append(request)
         assert request.name == self.name and list(request.update_mask.paths) == ["config.softwareConfig.pypiPackages"]
         self.pypi_packages = dict(request.environment.config.software_config.pypi_packages)  # the whole map

@@ -45,7 +45,7 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
     A finding at error level fails the task without retries: a bad configuration will not get better. So does a
     run whose waits would outlast their tasks' execution_timeout (killed mid-wait instead of ending with the
     reason); the execution timeouts come from the DAG's configuration file (``gpuflow.task_timeouts``)."""
-    from gpuflow.preflight import PreflightFailed, format_findings, has_errors, run_preflight
+    from gpuflow.preflight import run_preflight
     from gpuflow.task_timeouts import too_short_for
 
     short = too_short_for(config, context["dag"])
@@ -59,10 +59,17 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
     platform = get_platform(config)
     findings = run_preflight(config, workflow=workflow, zones_offering=platform.zones_offering,
                              access=platform.access_probe())
-    log.info("preflight of %s:\n%s", what, format_findings(findings))
+    fail_on_errors(findings, f"preflight of {what}")
+    return config.model_dump(mode="json")
+
+
+def fail_on_errors(findings: list, what: str) -> None:
+    """Log the findings; any at error level fails the task without retries (nothing has been created)."""
+    from gpuflow.preflight import PreflightFailed, format_findings, has_errors
+
+    log.info("%s:\n%s", what, format_findings(findings))
     if has_errors(findings):
         raise AirflowFailException(str(PreflightFailed(findings)))
-    return config.model_dump(mode="json")
 
 
 def names_for(context: Any, config):

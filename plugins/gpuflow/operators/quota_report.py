@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from gpuflow.operators.base import config_from_params
+from gpuflow.operators.base import config_from_params, fail_on_errors
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,8 @@ class GpuQuotaReportOperator(BaseOperator):
     @staticmethod
     def _check_access(config) -> None:
         """The quota reads' own APIs and permissions first: a refused read then names its fix instead of a 403."""
-        from airflow.sdk.exceptions import AirflowFailException
-
         from gpuflow.platform import get_platform
-        from gpuflow.preflight import PreflightFailed, format_findings, has_errors
         from gpuflow.preflight.access_rules import access_findings
 
-        findings = access_findings(config, "quota_report", get_platform(config).access_probe())
-        log.info("access for the quota report:\n%s", format_findings(findings))
-        if has_errors(findings):
-            raise AirflowFailException(str(PreflightFailed(findings)))
+        fail_on_errors(access_findings(config, "quota_report", get_platform(config).access_probe()),
+                       "access for the quota report")

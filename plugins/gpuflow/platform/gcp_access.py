@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from gpuflow.preflight.access_rules import AccessUnknown, BucketFacts, EffectivePolicy
+from gpuflow.preflight.access_rules import AccessUnknown, BucketFacts, EffectivePolicy, describe_policy
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,12 @@ class GcpAccessProbe:
         except (exceptions.RetryError, auth_exceptions.GoogleAuthError) as problem:  # unreachable, or no credentials
             raise AccessUnknown(f"{what} failed ({problem.__class__.__name__}: {problem})", command) from None
 
+    @functools.cache  # noqa: B019 - one probe per preflight, dropped with it
+    def _client(self, kind: str) -> Any:
+        """One client of each kind per probe (``GcpClients.<kind>()``): its credentials are looked up once."""
+        return getattr(self.clients, kind)()
+
+    @functools.cache  # noqa: B019
     def caller(self) -> str | None:
         email = self.clients.caller_email()
         if not email:
@@ -69,7 +75,7 @@ class GcpAccessProbe:
     def project_number(self) -> str:
         project = self._read(f"reading project {self.project}", f"gcloud projects describe {self.project} "
                              "--format='value(projectNumber)'",
-                             lambda: self.clients.projects().get_project(request={"name": f"projects/{self.project}"}))
+                             lambda: self._client("projects").get_project(request={"name": f"projects/{self.project}"}))
         return project.name.split("/", 1)[1]
 
     def disabled_services(self, services: list[str]) -> list[str]:
@@ -79,7 +85,7 @@ class GcpAccessProbe:
             parent = f"projects/{self.project}"
         from google.cloud.service_usage_v1 import State
 
-        client = self.clients.service_usage()
+        client = self._client("service_usage")
         enabled: set[str] = set()
         for chunk in _chunks(services, BATCH_GET_MAX):
             response = self._read(
@@ -91,7 +97,7 @@ class GcpAccessProbe:
         return [service for service in services if service not in enabled]
 
     def missing_project_permissions(self, permissions: list[str]) -> list[str]:
-        client = self.clients.projects()
+        client = self._client("projects")
         granted: set[str] = set()
         for chunk in _chunks(permissions, TEST_PERMISSIONS_MAX):
             response = self._read(
@@ -102,13 +108,13 @@ class GcpAccessProbe:
         return [permission for permission in permissions if permission not in granted]
 
     def service_account_exists(self, email: str) -> bool:
-        client = self.clients.iam()
+        client = self._client("iam")
         return self._read(f"reading service account {email}", f"gcloud iam service-accounts describe {email}",
                           lambda: client.get_service_account(request={"name": f"projects/-/serviceAccounts/{email}"}),
                           absent_ok=True) is not None
 
     def missing_service_account_permissions(self, email: str, permissions: list[str]) -> list[str]:
-        client = self.clients.iam()
+        client = self._client("iam")
         response = self._read(
             f"testing permissions on {email}", f"gcloud iam service-accounts get-iam-policy {email}",
             lambda: client.test_iam_permissions(request={"resource": f"projects/-/serviceAccounts/{email}",
@@ -117,7 +123,7 @@ class GcpAccessProbe:
 
     @functools.cache  # noqa: B019
     def _project_policy(self):
-        client = self.clients.projects()
+        client = self._client("projects")
         return self._read(f"reading {self.project}'s IAM policy (needs resourcemanager.projects.getIamPolicy, e.g. "
                           "roles/iam.securityReviewer)",
                           f"gcloud projects get-iam-policy {self.project} --flatten=bindings "
@@ -129,10 +135,10 @@ class GcpAccessProbe:
 
     def effective_policy(self, constraint: str) -> EffectivePolicy:
         name = constraint.split("/", 1)[1]
-        client = self.clients.org_policy()
+        client = self._client("org_policy")
         policy = self._read(
             f"reading the effective {constraint} (needs orgpolicy.policy.get, e.g. roles/orgpolicy.policyViewer)",
-            f"gcloud org-policies describe {name} --project={self.project} --effective",
+            describe_policy(constraint, self.project),
             lambda: client.get_effective_policy(request={"name": f"projects/{self.project}/policies/{name}"}),
             absent_ok=True)
         if policy is None:  # no policy anywhere above the project: the constraint's default, which allows
@@ -151,7 +157,7 @@ class GcpAccessProbe:
                           subnetwork)
         project, region, name = ((found["project"] or self.project, found["region"], found["name"]) if found
                                  else (self.project, self.region, subnetwork))
-        client = self.clients.subnetworks()
+        client = self._client("subnetworks")
         answer = self._read(f"reading subnetwork {name}", f"gcloud compute networks subnets describe {name} "
                             f"--region={region} --project={project} --format='value(privateIpGoogleAccess)'",
                             lambda: client.get(request={"project": project, "region": region, "subnetwork": name}),
@@ -159,14 +165,14 @@ class GcpAccessProbe:
         return None if answer is None else bool(answer.private_ip_google_access)
 
     def bucket(self, name: str) -> BucketFacts | None:
-        storage = self.clients.storage()
+        storage = self._client("storage")
         found = self._read(f"reading gs://{name}", f"gcloud storage buckets describe gs://{name}",
                            lambda: storage.lookup_bucket(name), absent_ok=True)
         return None if found is None else BucketFacts(location=found.location or "", location_type=found.location_type
                                                       or "")
 
     def missing_bucket_permissions(self, name: str, permissions: list[str]) -> list[str]:
-        bucket = self.clients.storage().bucket(name)
+        bucket = self._client("storage").bucket(name)
         granted = self._read(f"testing permissions on gs://{name}",
                              f"gcloud storage buckets get-iam-policy gs://{name}",
                              lambda: bucket.test_iam_permissions(permissions))
@@ -174,7 +180,7 @@ class GcpAccessProbe:
 
     def repository_roles(self, repository: str, member: str) -> set[str]:
         resource = f"projects/{self.project}/locations/{self.region}/repositories/{repository}"
-        client = self.clients.artifact_registry()
+        client = self._client("artifact_registry")
         policy = self._read(f"reading the repository {repository}'s IAM policy",
                             f"gcloud artifacts repositories get-iam-policy {repository} --location={self.region} "
                             f"--project={self.project}",
@@ -182,7 +188,7 @@ class GcpAccessProbe:
         return set() if policy is None else {binding.role for binding in policy.bindings if member in binding.members}
 
     def bucket_roles(self, name: str, member: str) -> set[str]:
-        bucket = self.clients.storage().bucket(name)
+        bucket = self._client("storage").bucket(name)
         policy = self._read(f"reading gs://{name}'s IAM policy", f"gcloud storage buckets get-iam-policy gs://{name}",
                             lambda: bucket.get_iam_policy(requested_policy_version=3))
         return {binding["role"] for binding in policy.bindings if member in binding.get("members", ())}

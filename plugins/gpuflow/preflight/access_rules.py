@@ -226,6 +226,11 @@ def _worker_reads_registry(config: GpuflowConfig, probe: AccessProbe, email: str
                 f"--project={config.project} --member={account} --role=roles/artifactregistry.reader")
 
 
+def describe_policy(constraint: str, project: str) -> str:
+    """The command that shows a constraint's effective policy on the project."""
+    return f"gcloud org-policies describe {constraint.split('/', 1)[1]} --project={project} --effective"
+
+
 def forbids_external_ips(policy: EffectivePolicy) -> bool:
     """Dataflow's workers are new VMs: any list of allowed instances leaves them out."""
     return policy.deny_all or (not policy.allow_all and bool(policy.allowed))
@@ -236,8 +241,7 @@ def external_ips_allowed(config: GpuflowConfig, probe: AccessProbe) -> Iterator[
     policy = probe.effective_policy(constraint)
     if policy.conditional:
         yield unknown("dataflow.use_public_ips", f"{constraint} has a conditional rule on {config.project}",
-                      f"gcloud org-policies describe {constraint.split('/', 1)[1]} --project={config.project} "
-                      "--effective")
+                      describe_policy(constraint, config.project))
         return
     if not forbids_external_ips(policy):
         return
@@ -290,8 +294,7 @@ def location_allowed(policy: EffectivePolicy, region: str) -> bool | None:
 def region_allowed(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Finding]:
     constraint = access_table("org_policies")["locations"]["constraint"]
     policy = probe.effective_policy(constraint)
-    describe = (f"gcloud org-policies describe {constraint.split('/', 1)[1]} --project={config.project} "
-                "--effective")
+    describe = describe_policy(constraint, config.project)
     allowed = None if policy.conditional else location_allowed(policy, config.region)
     if allowed is False:
         yield error("region", f"{constraint} does not allow {config.region} on {config.project}",
