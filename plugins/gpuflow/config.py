@@ -99,9 +99,10 @@ class GpuConfig(_Section):
     sharing: Literal["auto", "single_process", "mps", "model_copies"] = Field(
         "auto",
         description=(
-            "How SDK processes share the GPU. single_process: no_use_multiple_sdk_containers. mps: NVIDIA MPS "
-            "(more than one vCPU). model_copies: gpu.model_copies copies shared across processes. auto: "
-            "single_process when one model copy takes most of the GPU's memory, else Dataflow's default."
+            "How SDK processes share the GPU. single_process: no_use_multiple_sdk_containers (one copy). mps: NVIDIA "
+            "MPS (more than one vCPU; each process still loads its own copy). model_copies: gpu.model_copies copies "
+            "shared across processes. auto: Dataflow's default (one process and one copy per vCPU) when those copies "
+            "fit the GPU together, else single_process; with vLLM, the default (one server per worker)."
         ),
     )
     model_copies: int = Field(1, ge=1, le=16, description="With sharing: model_copies, RunInference's model copies.")

@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
 
-#: Share of a GPU's memory above which one model copy per process is the only copy that fits.
-SINGLE_PROCESS_SHARE = 0.5
-
 PREFIX = "worker_accelerator="
 _ORDER = ("type", "count", "install-nvidia-driver")
 _OPTIONAL_TRAILING = ("use_nvidia_mps",)
@@ -84,13 +81,35 @@ def pipeline_machine_type(config: GpuflowConfig) -> str | None:
 
 
 def effective_sharing(config: GpuflowConfig) -> str:
-    """gpu.sharing, with ``auto`` decided from the memory one model copy takes ("default": Dataflow's own)."""
+    """gpu.sharing, with ``auto`` decided by the memory every resident copy takes ("default": Dataflow's own).
+
+    Dataflow's default runs one SDK process per vCPU, each with its own model copy, so auto keeps it only where
+    that many copies fit the GPU together; otherwise one SDK process. vLLM runs one server per worker, which Beam
+    shares across the SDK processes, so the default layout holds one copy.
+    """
     if config.gpu.sharing != "auto":
         return config.gpu.sharing
     if not config.uses_gpu:  # guide 002's CPU pipeline: one SDK process, so each worker loads the model once
         return "single_process"
-    share = model_gpu_share(config)
-    return "single_process" if share is not None and share > SINGLE_PROCESS_SHARE else "default"
+    if config.inference.engine == "vllm":
+        return "default"
+    share, copies = model_gpu_share(config), resident_copies(config, "default")
+    return "single_process" if share is not None and copies is not None and share * copies > 1 else "default"
+
+
+def resident_copies(config: GpuflowConfig, sharing: str | None = None) -> int | None:
+    """How many model copies one worker's GPU holds under a sharing mode (None: the machine type is unknown).
+
+    default and mps: one per SDK process, and Dataflow starts one per vCPU (MPS shares the GPU's compute, not its
+    memory). single_process: one. model_copies: gpu.model_copies, shared across the processes. vLLM: its server.
+    """
+    sharing = sharing or effective_sharing(config)
+    if config.inference.engine == "vllm" or sharing == "single_process":
+        return 1
+    if sharing == "model_copies":
+        return config.gpu.model_copies
+    machine = catalog.machine_spec(config.gpu.machine_type)
+    return None if machine is None else machine.vcpus
 
 
 def parse_worker_accelerator(option: str) -> WorkerAccelerator:

@@ -12,7 +12,6 @@ from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
 from gpuflow.gpu_options import (
     PREFIX,
-    SINGLE_PROCESS_SHARE,
     AcceleratorOptionError,
     effective_dtype,
     effective_sharing,
@@ -21,6 +20,7 @@ from gpuflow.gpu_options import (
     model_memory_gb,
     model_parameters_m,
     parse_worker_accelerator,
+    resident_copies,
     pipeline_machine_type,
     right_fitting,
     uses_prime,
@@ -153,10 +153,6 @@ def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
     if share > 1:
         yield error("gpu.type", f"the model does not fit: {numbers}",
                     "use a GPU with more memory (nvidia-a100-80gb), bfloat16, or a smaller model")
-    elif share <= SINGLE_PROCESS_SHARE and machine is not None and machine.vcpus > 1 and share * machine.vcpus > 1 \
-            and effective_sharing(config) == "default":
-        yield warning("gpu.machine_type", f"{machine.vcpus} SDK processes would share the GPU, one model copy each "
-                      f"({numbers})", "set gpu.sharing: mps (NVIDIA MPS), single_process or model_copies")
     if machine is not None and needed_gb > machine.memory_gb * 0.8:
         yield error("gpu.machine_type", f"{machine.name} has {machine.memory_gb:g} GB of memory; loading the model "
                     f"needs about {needed_gb:.1f} GB on the worker too",
@@ -222,20 +218,42 @@ def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
         if config.gpu.request == "resource_hint":
             yield error("gpu.sharing", "gpuflow turns MPS on through worker_accelerator (use_nvidia_mps), which "
                         "resource_hint does not send", "use gpu.request: worker_accelerator with mps")
-    if sharing == "model_copies" and share is not None and gpu is not None:
-        total = share * config.gpu.model_copies
-        if total > 1:
-            yield error("gpu.model_copies", f"{config.gpu.model_copies} copies of {needed_gb:.1f} GB do not fit in "
-                        f"one {gpu.name}'s {gpu.memory_gb} GB", f"set gpu.model_copies to {max(1, int(1 / share))}")
+    yield from _every_copy_fits(config, sharing)
     if sharing == "single_process" and machine is not None and machine.vcpus == 1:
         yield info("gpu.sharing", f"{machine.name} has one vCPU, so it runs one SDK process anyway",
                    "no_use_multiple_sdk_containers is still sent; a single-vCPU custom type is the guide's alternative")
     if config.traits.dataflow_workers and config.gpu.sharing == "auto" and share is not None and gpu is not None \
             and machine is not None:
-        chosen = "one SDK process per worker (no_use_multiple_sdk_containers)" if sharing == "single_process" \
-            else f"Dataflow's default of one SDK process per vCPU ({machine.vcpus}), each with its own copy"
+        if config.inference.engine == "vllm":
+            chosen = (f"Dataflow's default of one SDK process per vCPU ({machine.vcpus}); Beam shares one vLLM "
+                      "server per worker across them")
+        elif sharing == "single_process":
+            chosen = (f"one SDK process per worker (no_use_multiple_sdk_containers): {machine.vcpus} processes, "
+                      f"one copy each, would need {machine.vcpus * needed_gb:.1f} GB")
+        else:
+            chosen = (f"Dataflow's default of one SDK process per vCPU ({machine.vcpus}), each with its own copy: "
+                      f"{machine.vcpus * needed_gb:.1f} GB in all")
         yield info("gpu.sharing", f"one model copy needs about {needed_gb:.1f} GB, {share:.0%} of one "
                    f"{gpu.name} ({gpu.memory_gb} GB)", f"gpuflow uses {chosen}")
+
+
+def _every_copy_fits(config: GpuflowConfig, sharing: str) -> Iterator[Finding]:
+    """Processes x copies x one copy's memory must fit one GPU, in every sharing mode (auto picks a layout that
+    does; one copy too large for the GPU is model_memory_fits's error)."""
+    gpu, share, needed_gb = catalog.gpu_type(config.gpu.type), model_gpu_share(config), model_memory_gb(config)
+    copies = resident_copies(config, sharing)
+    if gpu is None or share is None or needed_gb is None or copies is None or share > 1 or share * copies <= 1:
+        return
+    fitting = max(1, int(1 / share))
+    numbers = (f"{copies} copies of {needed_gb:.1f} GB ({copies * needed_gb:.1f} GB) do not fit in one "
+               f"{gpu.name}'s {gpu.memory_gb} GB")
+    if sharing == "model_copies":
+        yield error("gpu.model_copies", numbers, f"set gpu.model_copies to {fitting}")
+    else:  # mps: MPS shares the GPU's compute between the SDK processes, and each still loads its own copy
+        yield error("gpu.sharing", f"with {sharing}, each of {config.gpu.machine_type}'s {copies} SDK processes "
+                    f"loads its own model copy: {numbers}",
+                    f"set gpu.sharing: model_copies with gpu.model_copies: {fitting} (shared across the processes), "
+                    "gpu.sharing: single_process, or gpu.sharing: auto")
 
 
 def streaming_right_fitting_autoscales(config: GpuflowConfig) -> Iterator[Finding]:
