@@ -78,7 +78,7 @@ def test_gcp_profile_needs_a_real_project_and_a_readable_connection(monkeypatch)
     monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_CONN", raising=False)
     missing = list(gcp_connection_defined(load_config(None, overrides=["profile=gcp", "gcp_conn_id=no_such_conn"])))
     assert [(f.field, f.level) for f in missing] == [("gcp_conn_id", "error")]
-    assert "airflow connections add no_such_conn" in missing[0].fix
+    assert "export AIRFLOW_CONN_NO_SUCH_CONN=" in missing[0].fix  # outside a task (tests/integration/test_connection_fix.py)
     monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_CONN", '{"conn_type": "google_cloud_platform"}')
     assert not list(gcp_connection_defined(load_config(None, overrides=["profile=gcp", "gcp_conn_id=no_such_conn"])))
 

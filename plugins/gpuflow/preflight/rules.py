@@ -222,8 +222,37 @@ def gcp_connection_defined(config: GpuflowConfig) -> Iterator[Finding]:
         BaseHook.get_connection(config.gcp_conn_id)
     except Exception as problem:  # AirflowNotFoundException, or no Airflow metadata to read it from
         yield error("gcp_conn_id", f"the Airflow connection {config.gcp_conn_id!r} cannot be read ({problem})",
-                    f"create it: airflow connections add {config.gcp_conn_id} --conn-type google_cloud_platform "
-                    "--conn-extra '{\"project\": \"PROJECT\"}' (README: Running on Google Cloud)")
+                    connection_fix(config.gcp_conn_id, in_task=_in_a_task()))
+
+
+def connection_fix(conn_id: str, *, in_task: bool) -> str:
+    """The fix that works where preflight runs.
+
+    A task reads connections through Airflow's execution API, so one added to Airflow's database serves. A shell
+    (``gpuflow preflight``) is outside any Airflow process: Airflow 3's Task SDK then reads connections from
+    environment variables and configured secrets backends only, never from the database
+    (airflow.sdk.execution_time.supervisor.ensure_secrets_backend_loaded), so there an environment variable, in
+    the JSON form of Airflow's "Managing Connections" page, is the fix that works.
+    """
+    extra = '{"project": "PROJECT"}'
+    if in_task:
+        return (f"add it where Airflow keeps connections: airflow connections add {conn_id} --conn-type "
+                f"google_cloud_platform --conn-extra '{extra}' (on the Airflow machine, after airflow db migrate), "
+                "or the UI's Admin > Connections (on Composer too)")
+    variable = "AIRFLOW_CONN_" + conn_id.upper()
+    return (f"export {variable}='{{\"conn_type\": \"google_cloud_platform\", \"extra\": {extra}}}' in this "
+            "shell (outside a task, Airflow reads connections from environment variables and secrets backends, "
+            "not from its database)")
+
+
+def _in_a_task() -> bool:
+    from airflow.sdk import get_current_context
+
+    try:
+        get_current_context()
+    except Exception:  # "Current context was requested but no context was found!"
+        return False
+    return True
 
 
 def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
