@@ -11,8 +11,8 @@ PIP_QUIET := grep -v '^WARNING: Location' || true
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv demo test test-unit test-integration test-live test-composer lint bench clean deploy-composer \
-	browser lock images-check
+.PHONY: help venv demo test test-unit test-integration test-live test-composer lint docs generate bench clean \
+	deploy-composer deploy-composer-usage browser lock images-check
 
 # `make` alone says what each target does: the text after `##` on a target's line.
 help: ## this list
@@ -20,10 +20,17 @@ help: ## this list
 
 venv: $(STAMP) ## the virtual environment in .venv, with the exact pins (a few minutes the first time)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+# gpuflow and what it runs on (requirements.txt): enough for the gpuflow command, deploy-composer included.
+RUNTIME_STAMP := $(VENV)/.runtime-installed
+$(RUNTIME_STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -r requirements-dev.txt 2>&1 | $(PIP_QUIET)
+	$(BIN)/pip install -q -r requirements.txt 2>&1 | $(PIP_QUIET)
 	$(BIN)/pip install -q --no-deps -e . 2>&1 | $(PIP_QUIET)
+	touch $@
+
+# Then the development tools (requirements-dev.txt: pytest, ruff, uv, playwright, mkdocs).
+$(STAMP): $(RUNTIME_STAMP) requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt 2>&1 | $(PIP_QUIET)
 	$(BIN)/python -c "import airflow, apache_beam, torch, transformers, gpuflow"
 	touch $(STAMP)
 
@@ -49,6 +56,15 @@ images-check: venv ## install each image lock dry-run, as pip would inside the i
 lint: venv ## ruff
 	$(BIN)/ruff check .
 
+docs: venv ## the pages in docs/ as a site in site/ (MkDocs, Material); a broken link or page is an error
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	@echo "docs: site/index.html"
+
+# The configuration reference, the trigger form's schema, and the generated blocks of docs/gcp.md and docs/gpus.md
+# (gpuflow.generated). A test fails when one is stale.
+generate: venv ## rewrite what is generated from the configuration model, the catalog and the image locks
+	$(BIN)/python dev/generate.py
+
 test-unit: venv ## the fast tests alone (no emulator, no Airflow service; about a minute)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not integration"
 
@@ -66,7 +82,7 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y -q chromium > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
 
-test: venv lint browser ## everything: lint, then every test (unit, integration, live); about 21 minutes
+test: venv lint docs browser ## everything: lint, the docs site, then every test (unit, integration, live); about 21 minutes
 	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 # Composer's floor (plugins/gpuflow/catalog/composer.yaml): its Airflow and providers, the lines of Composer's own
@@ -107,9 +123,12 @@ bench: venv ## the benchmarks, run by hand: ratios measured side by side
 # Copy dags/, plugins/ and data/ (beam_jobs, configs, docker, spark_jobs) into a Cloud Composer environment, add
 # the PyPI packages it lacks (keeping every one it has), create the gpuflow_gpu pool, and (CONFIG=) install your
 # configuration as the DAGs' default. DRY_RUN=1 reads the environment and prints what would change.
-deploy-composer: venv ## deploy into a Cloud Composer environment (ENV=… LOCATION=… [PROJECT=…] [CONFIG=…] [DRY_RUN=1])
-	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [PROJECT=project] [CONFIG=my-gcp.yaml] [DRY_RUN=1]"; exit 2; }
+deploy-composer: deploy-composer-usage $(RUNTIME_STAMP) ## deploy into a Cloud Composer environment (ENV=… LOCATION=… [PROJECT=…] [CONFIG=…] [DRY_RUN=1])
 	$(BIN)/gpuflow deploy-composer --environment "$(ENV)" --location "$(LOCATION)" $(if $(PROJECT),--project "$(PROJECT)") $(if $(CONFIG),--config "$(CONFIG)") $(if $(DRY_RUN),--dry-run)
 
-clean: ## remove the demo's Airflow home and the tool caches
-	rm -rf $(DEMO_HOME) .pytest_cache .ruff_cache
+# The arguments are checked before anything is installed.
+deploy-composer-usage:
+	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [PROJECT=project] [CONFIG=my-gcp.yaml] [DRY_RUN=1]"; exit 2; }
+
+clean: ## remove the demo's Airflow home, the docs site and the tool caches
+	rm -rf $(DEMO_HOME) site .pytest_cache .ruff_cache

@@ -1,18 +1,10 @@
-"""What a new Google Cloud project needs, as docs/gcp.md opens with it: generated from catalog/access.yaml (the same
-data preflight's access check reads), so the page and the check cannot disagree (``gpuflow config-reference
---write`` writes it; a test keeps it current)."""
+"""What a new Google Cloud project needs, as docs/gcp.md says it: generated from catalog/access.yaml (the same data
+preflight's access check reads), so the page and the check cannot disagree (gpuflow.generated)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpuflow.catalog import access_needs, access_table
-from gpuflow.paths import PROJECT_ROOT
 from gpuflow.preflight.access_rules import WORKFLOW_NEEDS
-
-GCP_PAGE = PROJECT_ROOT / "docs" / "gcp.md"
-BEGIN = "<!-- project needs: generated from plugins/gpuflow/catalog/access.yaml by `gpuflow config-reference --write`; do not edit by hand -->"
-END = "<!-- end of project needs -->"
 
 
 def project_needs_markdown() -> str:
@@ -48,14 +40,3 @@ def project_needs_markdown() -> str:
               + "; without them a check is `unknown`, with the command that would tell, never an error. "
               f"Source: {' '.join(reads['source'].split())}."]
     return "\n".join(lines)
-
-
-def page_with_needs(page: str) -> str:
-    """The page with its generated block replaced (the markers stay)."""
-    start, end = page.index(BEGIN) + len(BEGIN), page.index(END)
-    return page[:start] + "\n" + project_needs_markdown() + "\n" + page[end:]
-
-
-def write_gcp_page(page: Path = GCP_PAGE) -> Path:
-    page.write_text(page_with_needs(page.read_text()))
-    return page

@@ -25,12 +25,6 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
 def cmd_preflight(args: argparse.Namespace) -> int:
     from gpuflow.preflight import format_findings, has_errors, run_preflight
 
-    if args.recipes:
-        from gpuflow.containers import recipe_table
-
-        print(recipe_table())
-        return 0
-
     try:
         config = load_config(args.config, overrides=args.overrides)
     except ConfigError as error:
@@ -160,34 +154,10 @@ def cmd_emulators(args: argparse.Namespace) -> int:
             return 0
 
 
-def cmd_params_schema(args: argparse.Namespace) -> int:
-    from gpuflow.config_docs import params_json_schema
-    from gpuflow.trigger_form import PARAMS_SCHEMA_FILE
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from gpuflow.containers import recipe_table
 
-    text = json.dumps(params_json_schema(), indent=2) + "\n"  # field order: the model's
-    if args.write:
-        PARAMS_SCHEMA_FILE.write_text(text)
-        print(f"wrote {PARAMS_SCHEMA_FILE}")
-    else:
-        print(text, end="")
-    return 0
-
-
-def cmd_config_reference(args: argparse.Namespace) -> int:
-    from gpuflow.config_docs import configuration_reference, readme_with_reference
-    from gpuflow.paths import PROJECT_ROOT
-
-    text = configuration_reference()
-    if args.write:
-        target = PROJECT_ROOT / "docs" / "configuration.md"
-        target.write_text(text)
-        readme = PROJECT_ROOT / "README.md"
-        readme.write_text(readme_with_reference(readme.read_text()))
-        from gpuflow.access_docs import write_gcp_page
-
-        print(f"wrote {target}, the table in {readme}, and the project's needs in {write_gcp_page()}")
-    else:
-        print(text, end="")
+    print(recipe_table())
     return 0
 
 
@@ -308,8 +278,6 @@ def build_parser() -> argparse.ArgumentParser:
     preflight = commands.add_parser("preflight", help="validate a configuration and the environment")
     _add_config_args(preflight)
     preflight.add_argument("--json", action="store_true", help="machine-readable output")
-    preflight.add_argument("--recipes", action="store_true",
-                           help="list the container recipes with their locks' CUDA line and driver need, and exit")
     preflight.add_argument("--workflow", choices=["inference", "batch", "dataproc", "maintenance"], default=None,
                            help="whose rules and needs to check: inference (streaming), batch, dataproc, maintenance "
                                 "(teardown, janitor); default: dataproc when the config has a dataproc section, "
@@ -323,35 +291,34 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.set_defaults(func=cmd_preflight)
 
     demo = commands.add_parser("make-demo-model", help="write a small offline model (seq2seq T5, or causal)")
-    demo.add_argument("directory")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--architecture", choices=("seq2seq", "causal"), default="seq2seq")
+    demo.add_argument("directory", help="where to write the model (config, weights, tokenizer)")
+    demo.add_argument("--seed", type=int, default=0, help="the weights' random seed (default: %(default)s)")
+    demo.add_argument("--architecture", choices=("seq2seq", "causal"), default="seq2seq",
+                      help="seq2seq: a small T5 (gpuflow-demo); causal: a small Llama-shaped model "
+                           "(gpuflow-demo-causal); default: %(default)s")
     demo.set_defaults(func=cmd_make_demo_model)
 
     render = commands.add_parser("render-dockerfile", help="write a container build context")
     _add_config_args(render)
-    render.add_argument("--recipe", default=None)
-    render.add_argument("--output", required=True)
+    render.add_argument("--recipe", default=None,
+                        help="the recipe to render (`gpuflow recipes` lists them; default: the configuration's)")
+    render.add_argument("--output", required=True, help="the folder to write the build context into")
     render.set_defaults(func=cmd_render_dockerfile)
 
     images = commands.add_parser("images", help="lock: write docker/locks/*.lock for their images (make lock); "
                                  "check: resolve each lock for its image, offline from Docker")
     _add_config_args(images)
-    images.add_argument("action", choices=["lock", "check"])
+    images.add_argument("action", choices=["lock", "check"],
+                        help="lock: resolve docker/locks/*.in into their locks; check: install each lock dry-run")
     images.set_defaults(func=cmd_images)
 
     debug = commands.add_parser("debug-vm", help="print the guide's standalone GPU VM debugging commands")
     _add_config_args(debug)
     debug.set_defaults(func=cmd_debug_vm)
 
-    schema = commands.add_parser("params-schema", help="print (or --write) the DAG Params' JSON schemas")
-    schema.add_argument("--write", action="store_true")
-    schema.set_defaults(func=cmd_params_schema)
-
-    reference = commands.add_parser("config-reference", help="print (or --write) docs/configuration.md and README's table (--write: "
-                                       "also docs/gcp.md's project needs, from catalog/access.yaml)")
-    reference.add_argument("--write", action="store_true")
-    reference.set_defaults(func=cmd_config_reference)
+    recipes = commands.add_parser("recipes", help="list the container recipes: each lock's Python, torch, "
+                                  "transformers, CUDA line, driver need and Beam versions")
+    recipes.set_defaults(func=cmd_recipes)
 
     launch = commands.add_parser("launch-command", help="print the exact command line the launch task runs")
     _add_config_args(launch)
@@ -380,8 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     emulators = commands.add_parser("emulators", help="start the local profile's emulators")
     _add_config_args(emulators)
-    emulators.add_argument("action", choices=["start", "run", "env"])
-    emulators.add_argument("command", nargs=argparse.REMAINDER)
+    emulators.add_argument("action", choices=["start", "run", "env"],
+                           help="start: run them until Ctrl-C; run -- COMMAND: start them, run COMMAND with their "
+                                "environment, stop them; env: print that environment as export lines")
+    emulators.add_argument("command", nargs=argparse.REMAINDER, help="with run: -- then the command")
     emulators.set_defaults(func=cmd_emulators)
     return parser
 

@@ -242,7 +242,7 @@ def lock_targets(config: GpuflowConfig) -> dict[str, tuple[str, str | None]]:
 
 
 def recipe_rows() -> list[dict[str, str]]:
-    """What each recipe installs, read from its lock: the README's recipe table and `preflight --recipes`."""
+    """What each recipe installs, read from its lock: docs/gpus.md's recipe table and `gpuflow recipes`."""
     rows = []
     for recipe in recipe_names():
         meta, lock = recipe_metadata(recipe), recipe_lock(recipe)
@@ -256,7 +256,7 @@ def recipe_rows() -> list[dict[str, str]]:
 
 
 def recipe_table() -> str:
-    """The README's recipe table, generated from the locks (a test keeps the README's copy equal to it)."""
+    """The recipe table of docs/gpus.md and `gpuflow recipes`, read from the locks."""
     lines = ["| recipe | lock | Python | torch | transformers | CUDA line | driver needed | Beam |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {r['recipe']} | `{r['lock']}` | {r['python']} | {r['torch']} | {r['transformers']} | {r['cuda']} | "

@@ -32,7 +32,7 @@ from airflow.sdk import Param
 
 from gpuflow.paths import default_config_file, resolve_config_path
 
-#: The Params' JSON schemas and defaults, generated from the pydantic model (`gpuflow params-schema --write`;
+#: The Params' JSON schemas and defaults, generated from the pydantic model (`make generate`;
 #: a test keeps it current). Read from a file so that parsing a DAG never builds the pydantic schema.
 PARAMS_SCHEMA_FILE = Path(__file__).with_name("params_schema.json")
 

@@ -186,12 +186,14 @@ def test_three_dates_backfilled_then_one_rerun_replaces_its_output_whole(dag, lo
         reason for reason, count in summary["dead_letter_reasons"].items() for _ in range(count))
 
     # The second date again, with one prompt fewer and one new: its output is replaced, never appended to.
+    first = published(folders, DATES[1])[2]
     write_input(folders, DATES[1], [*prompts_lines("b", 3), json.dumps({"id": "b-new", "prompt": "a new river"})])
     rerun = run_for(dag, DATES[1], run_conf(local_config, folders, export__model_dir=kept_model, **cpu_workers))
     assert rerun.state == DagRunState.SUCCESS, task_states(rerun)
     answers, _, summary, files = published(folders, DATES[1])
     assert sorted(a["id"] for a in answers) == ["b-0", "b-1", "b-2", "b-new"]
     assert files == ["_SUCCESS", "responses.jsonl"] and summary["run_id"] == rerun.run_id
+    assert summary["published_at"] > first["published_at"] and summary["try_number"] >= 1  # which output is newer
     assert published(folders, DATES[0])[2]["run_id"] == runs[DATES[0]].run_id  # the other dates untouched
     no_leftovers(local_config, folders, rerun)
 

@@ -148,3 +148,16 @@ def test_debug_vm_prints_the_workers_accelerator_and_refuses_cpu_workers(capsys)
                  "--set", "gpu.machine_type=n2-highmem-2"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "no GPU to debug" in captured.err and "gpu.type=nvidia-l4" in captured.err
+
+
+def test_every_command_and_option_says_what_it_does_and_none_rewrites_the_docs():
+    import argparse
+
+    from gpuflow.cli import build_parser
+
+    (subcommands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [(name, action.dest) for name, parser in subcommands.choices.items() for action in parser._actions
+              if not isinstance(action, argparse._HelpAction) and not action.help]
+    assert silent == []
+    assert all(choice.help for choice in subcommands._choices_actions)
+    assert {"config-reference", "params-schema"}.isdisjoint(subcommands.choices)  # `make generate` does that

@@ -21,7 +21,7 @@ def local(*overrides):
 CASES = [
     # (config, rule, field, level, words in the problem, words in the fix)
     (lambda: local("container.recipe=pytorch_gpu"), "worker_recipe", "container.recipe", "error",
-     "'pytorch_gpu' does not exist", "--recipes"),
+     "'pytorch_gpu' does not exist", "gpuflow recipes"),
     (lambda: local("python_version=3.12"), "worker_recipe", "container.recipe", "error",
      "resolved for Python 3.11", "make lock PYTHON_VERSION=3.12"),
     (lambda: local("beam_version=2.76.0"), "worker_recipe", "container.recipe", "error",

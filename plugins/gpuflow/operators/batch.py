@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import Asset
@@ -126,7 +127,11 @@ class PublishOutputsOperator(GpuflowStepOperator):
             summary = staged_summary(config, names, platform.conn_id, ended - started)
         except CountsDoNotAddUp as error:
             raise AirflowFailException(str(error)) from None
-        summary = {"ds": context.get("ds"), "run_id": context["run_id"], **summary}
+        # A reprocessed date keeps its run id: when and at which try this output was published tell which is newer.
+        ti = context["ti"]
+        summary = {"ds": context.get("ds"), "run_id": context["run_id"],
+                   "published_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                   "try_number": ti.try_number, **summary}
         log.info("batch summary:\n%s", json.dumps(summary, indent=2))
         publish_outputs(config, names, platform.conn_id, summary)
         context["outlet_events"][BATCH_ANSWERS_ASSET].extra = summary

@@ -38,7 +38,7 @@ def worker_recipe(config: GpuflowConfig) -> Iterator[Finding]:
     recipe = config.recipe
     if recipe not in recipe_names():
         yield error("container.recipe", f"recipe {recipe!r} does not exist",
-                    "run `gpuflow preflight --recipes` for the names")
+                    "run `gpuflow recipes` for the names")
         return
     meta = recipe_metadata(recipe)
     try:
