@@ -31,7 +31,7 @@ FORM = FormLayout(
     run_fields=("profile", "project", "region", "bucket", "deployment.mode", "deployment.name", "model.name",
                 "gpu.type", "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
     sections=("Deployment", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching",
-              "Smoke test", "Pub/Sub", "Local profile"),
+              "Smoke test", "Local profile"),
 )
 
 with DAG(

@@ -17,7 +17,7 @@ from gpuflow.trigger_form import FormLayout, attach_trigger_form
 
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
 FORM = FormLayout("configs/local.yaml", run_fields=("profile", "project", "region", "bucket", "deployment.name"),
-                  sections=("Dataflow workers", "Pub/Sub", "Local profile"))
+                  sections=("Dataflow workers", "Local profile"))
 
 with DAG(
     dag_id="llm_streaming_teardown",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from gpuflow.composer import (
 )
 from gpuflow.operators.base import GPU_POOL
 from gpuflow.paths import SITE_CONFIG
+from gpuflow.platform.composer_api import ComposerTarget, read_pool
 
 log = logging.getLogger(__name__)
 
@@ -48,29 +48,15 @@ class DeployRefused(RuntimeError):
     """The environment cannot take gpuflow as it is; the message names the fix. Nothing was changed."""
 
 
-@dataclass
-class ComposerTarget:
-    environment: str
-    location: str
-    project: str | None = None  # None: the connection's project
-    conn_id: str = "google_cloud_default"
-
-
 class ComposerDeployment:
     def __init__(self, target: ComposerTarget, say: Callable[[str], None] = print):
         self.target, self.say = target, say
 
     def _hook(self):
-        from airflow.providers.google.cloud.hooks.cloud_composer import CloudComposerHook
-
-        return CloudComposerHook(gcp_conn_id=self.target.conn_id)
-
-    def _where(self) -> dict[str, Any]:
-        return {"project_id": self.target.project, "region": self.target.location,
-                "environment_id": self.target.environment}
+        return self.target.hook()
 
     def environment(self):
-        return self._hook().get_environment(**self._where())
+        return self._hook().get_environment(**self.target.where())
 
     def deploy(self, config_file: Path | None = None, dry_run: bool = False) -> dict[str, Any]:
         """Every step in order; the first refusal stops it before anything is written."""
@@ -119,14 +105,14 @@ class ComposerDeployment:
             # The mask Composer's environments.patch reference names for "replace all custom PyPI packages"
             # (docs.cloud.google.com/composer/docs/reference/rest/v1/projects.locations.environments/patch).
             self._hook().update_environment(
-                **self._where(), environment={"config": {"software_config": {"pypi_packages": plan.packages}}},
+                **self.target.where(), environment={"config": {"software_config": {"pypi_packages": plan.packages}}},
                 update_mask={"paths": ["config.softwareConfig.pypiPackages"]})
             self.say("the packages install in the environment's update, which Composer runs for minutes")
         return {"added": plan.added, "raised": plan.raised, "kept": plan.kept}
 
     def _pool(self, airflow_uri: str, dry_run: bool) -> str:
         hook = self._hook()
-        found = hook.make_composer_airflow_api_request("GET", airflow_uri, f"/api/v2/pools/{POOL['name']}")
+        found = read_pool(hook, airflow_uri, POOL["name"])
         if found.status_code == 200:
             self.say(f"pool {POOL['name']}: exists ({found.json().get('slots')} slots); left as it is")
             return "exists"

@@ -1,27 +1,25 @@
-"""The DAGs' trigger form: the few fields people change per run first, the rest in folded sections. Each DAG
-file declares its own (a ``FormLayout``); this module knows no DAG.
+"""The DAGs' trigger form: the few fields people change per run first, then folded sections of typed fields.
+Each DAG file declares its own (a ``FormLayout``); this module knows no DAG.
 
-A person opening "Trigger" sees the values the run will use: every field is filled from the DAG's
-configuration file (or, for a key the file does not set, the model's default). The per-run fields are
-Params of their own; each folded section is one multi-line field of ``config.key=value`` lines, written as
-``gpuflow preflight --set`` takes them, with the file's values filled in.
+A person opening "Trigger" sees the values the run will use: every field is filled from the DAG's configuration
+file (or, for a key the file does not set, the model's default). Every field is a Param of its own, with the key's
+type, its choices and its bounds, so that the form (and the REST API, with a 400) refuses a bad value before a
+run starts. Keys nobody sets per run (topic names, poll intervals, list- and map-valued settings) are not in the
+form: they stay in the configuration file, whose path the form shows.
 
-Why sections of lines rather than one Param per key: a form of ~75 fields is one flat list a person
-cannot read, and parsing costs grow with the Params (README, "Benchmarks", has the measurements). The DAG
-files attach the form after their tasks (``attach_trigger_form``), so Airflow does not copy it into each task.
+What a run sends wins (``run_settings``), even a value equal to the file's; a key it does not send comes from the
+configuration file. The form sends every field it shows, so a run triggered from it uses those values, and the
+file gives the rest; a REST conf that names single keys (``{"model__max_new_tokens": 8}``), or ``config_file``
+alone, changes only those.
 
-What a run changes is what differs from the form's defaults (``run_settings``): a field left as shown keeps
-the configuration file's value, also when the run names another configuration file. A conf that sets any
-config key as a Param of its own (``model__max_new_tokens``, ``smoke_test__num_prompts``) still works.
-
-Parsing a DAG file builds this form, so it reads YAML and the generated ``params_schema.json`` only:
-no pydantic model, no provider, nothing heavy.
+The DAG files attach the form after their tasks (``attach_trigger_form``), so Airflow does not copy it into each
+task. Parsing a DAG file builds this form, so it reads YAML and the generated ``params_schema.json`` only: no
+pydantic model, no provider, nothing heavy.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -40,7 +38,7 @@ PARAMS_SCHEMA_FILE = Path(__file__).with_name("params_schema.json")
 RUN_SECTION = "Run Parameters"
 SETTINGS_SECTION = "Configuration file and connection"
 
-#: Short labels of the per-run fields; the description names the config key.
+#: Each field's short label; its description names the config key.
 LABELS = {
     "profile": "Profile",
     "project": "Google Cloud project",
@@ -60,42 +58,81 @@ LABELS = {
     "deployment.name": "Deployment name",
     "janitor.dry_run": "Dry run (list, delete nothing)",
     "gcp_conn_id": "Google Cloud connection",
+    "model.architecture": "Architecture",
+    "model.dtype": "Inference dtype",
+    "model.chat_template": "Chat template",
+    "model.max_input_tokens": "Max input tokens",
+    "model.parameters_m": "Parameters (millions)",
+    "require_gpu": "Require a GPU",
+    "gpu.request": "How the GPU is asked for",
+    "gpu.sharing": "GPU sharing",
+    "gpu.model_copies": "Model copies",
+    "gpu.zone": "Zone (pin)",
+    "worker.machine_type": "CPU worker machine type",
+    "worker.disk_size_gb": "Worker disk (GB)",
+    "dataflow.stop_action": "Stop action",
+    "launch.mode": "Launch mode",
+    "container.recipe": "Recipe",
+    "container.image": "Image (prebuilt)",
+    "export.model_dir": "Model folder (kept)",
+    "export.machine_type": "Export machine type",
+    "inference.engine": "Engine",
+    "inference.max_batch_size": "Max batch size",
+    "inference.max_batch_duration_secs": "Max batch wait (s)",
+    "inference.group_by_length": "Group by length",
+    "smoke_test.num_prompts": "Prompts",
+    "smoke_test.timeout_s": "Answer timeout (s)",
+    "smoke_test.gpu_usage": "GPU usage check",
+    "local.state_dir": "State folder",
+    "local.pubsub_emulator_host": "Pub/Sub emulator",
+    "local.storage_emulator_host": "GCS emulator",
+    "dataproc.runtime_version": "Runtime version",
+    "dataproc.executor_cores": "Executor cores",
+    "dataproc.executor_memory": "Executor memory (MB)",
+    "dataproc.disk_size": "Disk (GB)",
+    "dataproc.main_python_file": "Main Python file",
+    "dataproc.xgboost": "XGBoost",
+    "deployment.rollout_timeout_s": "Rollout timeout (s)",
+    "batch.dead_letter_output": "Dead-letter folder",
+    "batch.missing_input": "When the input is missing",
+    "batch.input_wait_s": "Input wait (s)",
+    "batch.job_timeout_s": "Job timeout (s)",
 }
 
 
 class Section:
-    """A folded section of the form: one multi-line Param holding the lines of these config keys.
+    """A folded section of the form: the config keys a person sets per run, each its own typed field.
 
     Plain classes, not NamedTuples or dataclasses: those generate code when the module is imported, at every
     parse of a DAG file."""
 
-    __slots__ = ("title", "param", "prefixes")
+    __slots__ = ("title", "keys")
 
-    def __init__(self, title: str, param: str, prefixes: tuple[str, ...]):
-        self.title, self.param, self.prefixes = title, param, prefixes
-
-    def owns(self, dotted: str) -> bool:
-        return any(dotted == prefix or (prefix.endswith(".") and dotted.startswith(prefix)) for prefix in self.prefixes)
+    def __init__(self, title: str, keys: tuple[str, ...]):
+        self.title, self.keys = title, keys
 
 
 SECTIONS = {
     section.title: section
     for section in (
-        Section("Model", "model_settings", ("model.",)),
-        Section("GPU", "gpu_settings", ("gpu.", "require_gpu")),
-        Section("Dataflow workers", "workers_settings", ("worker.", "dataflow.", "launch.", "dataflow_service_options")),
-        Section("Container", "container_settings", ("container.", "beam_version", "python_version")),
-        Section("Export", "export_settings", ("export.",)),
-        Section("Inference batching", "inference_settings", ("inference.",)),
-        Section("Smoke test", "smoke_test_settings", ("smoke_test.",)),
-        Section("Pub/Sub", "pubsub_settings", ("pubsub.",)),
-        Section("Local profile", "local_settings", ("local.",)),
-        Section("Dataproc batch", "dataproc_settings", ("dataproc.",)),
-        Section("Deployment", "deployment_settings", ("deployment.",)),
+        Section("Model", ("model.architecture", "model.dtype", "model.chat_template", "model.max_input_tokens",
+                          "model.parameters_m")),
+        Section("GPU", ("require_gpu", "gpu.request", "gpu.sharing", "gpu.model_copies", "gpu.zone")),
+        # The project's network and service account are set once, in the file, not per run.
+        Section("Dataflow workers", ("worker.machine_type", "worker.disk_size_gb", "worker.max_num_workers",
+                                     "dataflow.stop_action", "launch.mode")),
+        Section("Container", ("container.recipe", "container.image")),
+        Section("Export", ("export.model_dir", "export.machine_type")),
+        Section("Inference batching", ("inference.engine", "inference.max_batch_size",
+                                       "inference.max_batch_duration_secs", "inference.group_by_length")),
+        Section("Smoke test", ("smoke_test.num_prompts", "smoke_test.timeout_s", "smoke_test.gpu_usage")),
+        Section("Local profile", ("local.state_dir", "local.pubsub_emulator_host", "local.storage_emulator_host")),
+        Section("Dataproc batch", ("dataproc.runtime_version", "dataproc.executor_cores", "dataproc.executor_memory",
+                                   "dataproc.disk_size", "dataproc.main_python_file", "dataproc.xgboost")),
+        Section("Deployment", ("deployment.rollout_timeout_s",)),
         # batch.schedule and batch.catchup are the DAG's own, read when it is parsed: no run can change them.
-        Section("Batch", "batch_settings", ("batch.input", "batch.output", "batch.dead_letter_output",
-                                            "batch.missing_input", "batch.input_wait_s",
-                                            "batch.input_poll_interval_s", "batch.job_timeout_s")),
+        Section("Batch", ("batch.dead_letter_output", "batch.missing_input", "batch.input_wait_s",
+                          "batch.job_timeout_s")),
     )
 }
 
@@ -118,13 +155,6 @@ FORM_ATTRIBUTE = "gpuflow_form"
 def dag_form(dag: Any) -> FormLayout | None:
     """The form a DAG file attached to its DAG; None for a DAG of the user's own."""
     return getattr(dag, FORM_ATTRIBUTE, None)
-
-
-_SETTINGS_HELP = (
-    "One config key=value per line, as `gpuflow preflight --set` takes it (the value is YAML; nothing after = "
-    "means none). Shown: the configuration file's values, or the default where the file sets none. "
-    "docs/configuration.md describes every key."
-)
 
 
 @cache
@@ -163,57 +193,22 @@ def _read_values(path: Path, modified_ns: int) -> tuple[tuple[str, Any], ...]:
     return tuple(values.items())
 
 
-#: Strings YAML reads back as themselves: a letter first, then no character YAML gives a meaning to here.
-#: (Words YAML reads as booleans or null are not among them.) Others are checked by reading them back.
-_PLAIN_STRING = re.compile(r"[A-Za-z][A-Za-z0-9_./@-]*")
-_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
-
-
-def format_value(value: Any) -> str:
-    """A value as the right-hand side of a ``key=value`` line, read back as YAML to the same value."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        if _PLAIN_STRING.fullmatch(value) and value.lower() not in _YAML_WORDS:
-            return value
-        try:
-            plain_reads_back = bool(value) and value.strip() == value and _read_yaml(value) == value
-        except yaml.YAMLError:
-            plain_reads_back = False
-        return value if plain_reads_back else json.dumps(value)
-    return json.dumps(value)
-
-
-def _line(dotted: str, value: Any) -> str:
-    return f"{dotted}={format_value(value)}"
-
-
-def _normalised(line: str) -> str:
-    key, _, value = line.partition("=")
-    return f"{key.strip()}={value.strip()}"
-
-
-def settings_lines(text: str | None) -> list[str]:
-    """The ``key=value`` lines of a section field, without blanks and comments."""
-    stripped = (line.strip() for line in (text or "").splitlines())
-    return [_normalised(line) for line in stripped if line and not line.startswith("#")]
-
-
 def form_values(layout: FormLayout) -> dict[str, Any]:
     """Every config key's value as the form shows it: its configuration file's, or the default."""
     return _file_values(layout.config_file)
 
 
-def _lines_pattern(keys: list[str]) -> str:
-    """A regular expression (Python and ECMAScript alike) that a section field's text must match: each line
-    empty, a comment, or one of the section's keys followed by '='. A conf that breaks it is refused with 400."""
-    alternatives = "|".join(re.escape(key) for key in keys)
-    return rf"^(?:[ \t]*(?:(?:{alternatives})[ \t]*=[^\n]*|#[^\n]*)?[ \t]*(?:\r?\n|$))*$"
+#: The fields' schemas use draft-07 keywords only, and say so. jsonschema's validate() first checks a schema against
+#: the meta-schema its "$schema" names (validator_for; the newest draft, 2020-12, when none is named), and Airflow
+#: validates every Param of a scheduled DAG when its file is parsed: draft-07's check costs 0.18 ms a field here,
+#: 2020-12's 0.62 ms, which made the batch DAG's ~45 fields most of its parse time.
+SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 
 
 def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
     schema = _field_schemas()[dotted]
     extra = {name: schema[name] for name in ("enum", "minimum", "maximum", "exclusiveMinimum") if name in schema}
+    extra["$schema"] = SCHEMA_DIALECT
     if section:
         extra["section"] = section
     return Param(value, type=schema["type"], title=LABELS.get(dotted, dotted),
@@ -221,20 +216,20 @@ def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
 
 
 def dag_params(layout: FormLayout) -> dict[str, Param]:
-    """The trigger form of one DAG: per-run fields, then one folded field per section, then the config file."""
+    """The trigger form of one DAG: per-run fields, then each section's typed fields, then the config file."""
     values = form_values(layout)
     params = {dotted.replace(".", "__"): _field_param(dotted, values[dotted]) for dotted in layout.run_fields}
     for title in layout.sections:
-        section = SECTIONS[title]
-        keys = [key for key in _field_schemas() if section.owns(key) and key not in layout.run_fields]
-        params[section.param] = Param(
-            "\n".join(_line(key, values[key]) for key in keys), type="string", format="multiline",
-            title=f"{title} settings", description=_SETTINGS_HELP, section=title, pattern=_lines_pattern(keys),
-        )
+        for dotted in SECTIONS[title].keys:
+            if dotted not in layout.run_fields:
+                params[dotted.replace(".", "__")] = _field_param(dotted, values[dotted], section=title)
     params["config_file"] = Param(
         layout.config_file, type="string", title="Configuration file", section=SETTINGS_SECTION,
-        description="YAML configuration, relative to the project root or absolute. Fields left as shown take this "
-                    "file's values; a field you change overrides it.",
+        **{"$schema": SCHEMA_DIALECT},
+        description="The YAML file that gives every key this form does not show (docs/configuration.md lists them), "
+                    "relative to the project root or absolute. The fields this form sends win over it; to run with "
+                    "another file's values, trigger with a conf that names config_file alone (REST API, or "
+                    "`airflow dags trigger --conf`).",
     )
     params["gcp_conn_id"] = _field_param("gcp_conn_id", values["gcp_conn_id"], section=SETTINGS_SECTION)
     return params
@@ -254,31 +249,24 @@ def attach_trigger_form(dag: Any, layout: FormLayout) -> None:
     setattr(dag, FORM_ATTRIBUTE, layout)
 
 
-def run_settings(layout: FormLayout | None, params: Mapping[str, Any]) -> tuple[str | None, dict[str, Any], list[str]]:
-    """What a run asks for: (config file, Params it changed, ``key=value`` lines it changed).
+def run_settings(layout: FormLayout | None, params: Mapping[str, Any],
+                 conf: Mapping[str, Any] | None) -> tuple[str | None, dict[str, Any], list[str]]:
+    """What a run asks for: (config file, the Params it sends, ``key=`` lines for the keys it clears).
 
-    Only what differs from the form's defaults counts, so an untouched field keeps the file's value. A Param
-    that is no field of the form (a conf key such as ``smoke_test__num_prompts``) counts unless it is empty.
+    What the run sends (its conf) wins, even a value equal to the file's; every other key comes from the
+    configuration file. The values are the Params' (validated against the form), the keys the conf's.
+    A DAG of the user's own (no layout) counts every Param that is not empty.
     """
-    # layout None: a DAG of the user's own, whose Params all count unless empty
-    form = dag_params(layout) if layout else {}
-    config_file = params.get("config_file") or (layout.config_file if layout else None)
+    if layout is None:
+        sent = {key: value for key, value in params.items() if value not in (None, "")}
+        return sent.pop("config_file", None), sent, []
+    sent = {key: params.get(key, value) for key, value in (conf or {}).items()}
+    config_file = sent.pop("config_file", None) or layout.config_file
     changed: dict[str, Any] = {}
     lines: list[str] = []
-    sections = {SECTIONS[title].param for title in layout.sections} if layout else set()
-    for key, value in params.items():
-        if key == "config_file":
-            continue
-        if key in sections:
-            shown = set(settings_lines(form[key].value))
-            lines += [line for line in settings_lines(value) if line not in shown]
-        elif key in form:
-            if value != form[key].value:
-                # None clears a field; as a line it reaches the model as None instead of being skipped.
-                if value is None:
-                    lines.append(f"{key.replace('__', '.')}=")
-                else:
-                    changed[key] = value
-        elif value not in (None, ""):
+    for key, value in sent.items():
+        if value is None:  # clears a key the file sets: as a line it reaches the model as None
+            lines.append(f"{key.replace('__', '.')}=")
+        else:
             changed[key] = value
     return config_file, changed, lines

@@ -68,11 +68,11 @@ def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_con
                               json={"logical_date": None, "conf": {"gpu__count": "many", "profile": "laptop"}})
     assert answer.status_code == 400, answer.text
     assert "gpu__count" in answer.text or "profile" in answer.text
-    # A section's lines take that section's keys only.
+    # A folded section's field is typed as well: below its minimum, refused.
     answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",
-                              json={"logical_date": None, "conf": {"smoke_test_settings": "gpu.count=2"}})
+                              json={"logical_date": None, "conf": {"smoke_test__num_prompts": 0}})
     assert answer.status_code == 400, answer.text
-    assert "smoke_test_settings" in answer.text
+    assert "smoke_test__num_prompts" in answer.text
 
 
 def test_the_api_refuses_requests_without_a_token(airflow_live):
@@ -113,8 +113,8 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
     airflow_live.wait_for_dag(DAG_ID)
     params = dag_params(dag_forms()[DAG_ID])
     local = local_config.local
-    local_lines = (f"local.state_dir={local.state_dir}\nlocal.pubsub_emulator_host={local.pubsub_emulator_host}\n"
-                   f"local.storage_emulator_host={local.storage_emulator_host}")
+    local_fields = {"local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
+                    "local__storage_emulator_host": local.storage_emulator_host}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
@@ -143,7 +143,7 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
                     assert dialog.locator(f"[name=element_{key}]").input_value() == value, key
             assert "local" in dialog.locator("#element_profile").inner_text()
             # The sections start folded: their fields are not shown until a person opens them.
-            assert not dialog.locator("[name=element_smoke_test_settings]").is_visible()
+            assert not dialog.locator("[name=element_smoke_test__num_prompts]").is_visible()
             frame_from_top(page, dialog, DOCS / "trigger-form.png")
             # An enum offers exactly its choices, no "null".
             dialog.locator("#element_profile [role=combobox]").click()
@@ -155,20 +155,25 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             # One section is open at a time: unfolding one folds "Run Parameters" (its values stay).
             section = dialog.get_by_role("button", name="Smoke test", exact=True)
             section.click()
-            settings = dialog.locator("[name=element_smoke_test_settings]")
-            settings.wait_for()
-            assert "smoke_test.num_prompts=8" in settings.input_value()
-            assert field("smoke_test_settings").locator("label").inner_text().strip().rstrip("*").strip() == "Smoke test settings"
+            prompts = dialog.locator("[name=element_smoke_test__num_prompts]")
+            prompts.wait_for()
+            # Each key is a typed field of its own, with its label and the file's value.
+            assert prompts.input_value() == "8"
+            for key in ("smoke_test__num_prompts", "smoke_test__timeout_s", "smoke_test__gpu_usage"):
+                label = field(key).locator("label").inner_text().strip().rstrip("*").strip()
+                assert label == params[key].schema["title"], key
+            assert "fail" in dialog.locator("#element_smoke_test__gpu_usage").inner_text()  # an enum: a choice
             section.scroll_into_view_if_needed()
             page.evaluate("element => element.scrollIntoView({block: 'start'})", section.element_handle())
             frame_from_top(page, section.locator("xpath=ancestor::*[@data-part='item'][1]"),
                            DOCS / "trigger-form-section.png")
-            settings.fill(settings.input_value().replace("smoke_test.num_prompts=8", "smoke_test.num_prompts=4"))
+            prompts.fill("4")
 
             dialog.get_by_role("button", name="Local profile", exact=True).click()
-            local_settings = dialog.locator("[name=element_local_settings]")
-            local_settings.wait_for()
-            local_settings.fill(local_lines)
+            for key, value in local_fields.items():
+                typed = dialog.locator(f"[name=element_{key}]")
+                typed.wait_for()
+                typed.fill(value)
             runs_before = {r["dag_run_id"] for r in airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns").json()["dag_runs"]}
             dialog.get_by_role("button", name="Trigger").click()
 
@@ -176,8 +181,8 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=900)
             assert run["state"] == "success", airflow_live.log_tail("scheduler")
             # The form's values reached the run, and the run used them.
-            assert run["conf"]["local_settings"] == local_lines
-            assert run["conf"]["model__max_new_tokens"] == 8
+            assert {key: run["conf"][key] for key in local_fields} == local_fields
+            assert (run["conf"]["model__max_new_tokens"], run["conf"]["smoke_test__num_prompts"]) == (8, 4)
             smoke = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
                                             "return_value", params={"deserialize": True}).json()["value"]
             assert smoke["sent"] == 4

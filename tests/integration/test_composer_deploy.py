@@ -91,3 +91,34 @@ def test_the_teams_configuration_becomes_the_default_and_a_redeploy_keeps_it(com
     assert "acme-ml-prod" in gcs.download(composer.bucket, f"data/{SITE_CONFIG}").decode()
     with pytest.raises(DeployRefused, match="profile: gcp"):
         deploy(config=ROOT / "configs" / "local.yaml")
+
+
+def test_on_composer_preflight_fails_at_once_without_the_pool_and_the_deploy_it_names_clears_it(
+        composer, monkeypatch, local_config, emulators):
+    """A task on Composer knows its environment from Composer's reserved variables and reads the pool through the
+    environment's Airflow REST API; the streaming DAG's preflight then fails before anything is created."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from gpuflow.operators.base import validated_config
+    from gpuflow.platform.composer_api import this_environment
+
+    assert this_environment("google_cloud_default") is None  # not on Composer: nothing to read
+    for name, value in (("COMPOSER_ENVIRONMENT", "shared"), ("COMPOSER_LOCATION", "europe-west4"),
+                        ("GCP_PROJECT", GCP_TEST_PROJECT)):
+        monkeypatch.setenv(name, value)
+    assert this_environment("google_cloud_default") == TARGET
+    dags = DagBag(str(ROOT / "dags")).dags
+    config = local_config
+
+    def preflight(dag_id: str, workflow: str) -> None:
+        validated_config(config, {"dag": dags[dag_id]}, workflow, dag_id)
+
+    with pytest.raises(AirflowFailException) as refused:
+        preflight("llm_streaming_inference", "inference")
+    assert "the Airflow pool 'gpuflow_gpu' does not exist" in str(refused.value)
+    assert "make deploy-composer ENV=ENVIRONMENT LOCATION=REGION" in str(refused.value)
+    preflight("gpuflow_janitor", "maintenance")  # its tasks run in no pool
+    deploy()  # the fix as written: make deploy-composer runs this deployment
+    preflight("llm_streaming_inference", "inference")
+    assert [(method, url.rsplit("/", 1)[1]) for method, url, _ in composer.api_calls][-1] == ("GET", "gpuflow_gpu")

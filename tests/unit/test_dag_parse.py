@@ -47,14 +47,14 @@ def test_dagbag_loads_without_import_errors():
         "preflight", "wait_for_input", "check_quota", "setup", "export_model", "build_container", "verify_gpu",
         "run_batch", "publish", "check_gpu_usage", "cleanup"]
     assert batch.get_task("cleanup").is_teardown and batch.get_task("run_batch").is_setup
-    assert {"batch__input", "batch__output", "batch_settings"} <= set(batch.params)
-    assert {"deployment__mode", "deployment__name", "deployment_settings"} <= set(dag.params)
+    assert {"batch__input", "batch__output", "batch__missing_input"} <= set(batch.params)
+    assert {"deployment__mode", "deployment__name", "deployment__rollout_timeout_s"} <= set(dag.params)
     assert [t.task_id for t in bag.dags["llm_streaming_teardown"].topological_sort()] == ["preflight", "teardown"]
     janitor = bag.dags["gpuflow_janitor"]
     assert [t.task_id for t in janitor.topological_sort()] == ["preflight", "janitor"]
     assert {"deployment__name"} <= set(bag.dags["llm_streaming_teardown"].params)
-    assert {"janitor__dry_run", "workers_settings"} <= set(janitor.params)
-    assert "batch.schedule" not in batch.params["batch_settings"]  # the DAG's own, read when parsed
+    assert {"janitor__dry_run", "dataflow__stop_action"} <= set(janitor.params)
+    assert {"batch__schedule", "batch__catchup"}.isdisjoint(batch.params)  # the DAG's own, read when parsed
     assert batch.timetable.expression == "0 0 * * *" and batch.catchup is False  # @daily
     assert type(batch.timetable).__name__ == "CronDataIntervalTimetable"  # ds: the day that has just ended
 

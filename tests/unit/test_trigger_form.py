@@ -1,16 +1,16 @@
-"""The trigger form: per-run fields first, folded sections of key=value lines, every field showing the value
-the run will use, and a run's conf turned into exactly the settings it changed."""
+"""The trigger form: per-run fields first, then folded sections of typed fields, every field showing the value the
+run will use and refusing a bad one, and a run's conf turned into exactly the settings it sends."""
 
 import pytest
-from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamValidationError
 
 from gpuflow.config_loading import load_config
-from gpuflow.trigger_form import RUN_SECTION, SECTIONS, FormLayout, dag_params, run_settings, settings_lines
+from gpuflow.trigger_form import LABELS, RUN_SECTION, SECTIONS, SETTINGS_SECTION, FormLayout, dag_params, run_settings
 from tests.helpers import dag_forms
 
 LAYOUTS = dag_forms()  # each DAG file's own form
 DAG_IDS = sorted(LAYOUTS)
+STREAMING = LAYOUTS["llm_streaming_inference"]
 
 
 def config_value(config, dotted: str):
@@ -21,19 +21,27 @@ def config_value(config, dotted: str):
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
-def test_per_run_fields_come_first_with_labels_and_the_rest_fold_into_named_sections(dag_id):
+def test_per_run_fields_come_first_then_each_section_of_typed_fields_each_with_a_label(dag_id):
     params = dag_params(LAYOUTS[dag_id])
     layout = LAYOUTS[dag_id]
     run_fields = [key.replace(".", "__") for key in layout.run_fields]
     assert list(params)[: len(run_fields)] == run_fields
-    for key in run_fields:
+    for key, param in params.items():
+        if key == "config_file":
+            continue
         dotted = key.replace("__", ".")
-        assert "section" not in params[key].schema  # Airflow's unfolded "Run Parameters"
-        assert params[key].schema["title"] != dotted and "_" not in params[key].schema["title"]
-        assert params[key].description.startswith(f"{dotted}: ")
-    sections = [params[key].schema.get("section") for key in list(params)[len(run_fields):]]
-    assert RUN_SECTION not in sections and None not in sections
-    assert [s for s in sections if s in SECTIONS] == list(layout.sections)
+        assert param.schema["title"] == LABELS[dotted] and "_" not in param.schema["title"], dotted
+        assert param.description.startswith(f"{dotted}: ")
+        assert param.schema["type"] not in ("array", "object")  # lists and maps stay in the file
+        if key in run_fields:
+            assert "section" not in param.schema  # Airflow's unfolded "Run Parameters"
+        else:
+            section = param.schema["section"]
+            assert section == SETTINGS_SECTION or dotted in SECTIONS[section].keys
+    sections = [params[key].schema["section"] for key in list(params)[len(run_fields):]]
+    assert RUN_SECTION not in sections
+    assert list(dict.fromkeys(s for s in sections if s != SETTINGS_SECTION)) == [
+        title for title in layout.sections if any(k not in layout.run_fields for k in SECTIONS[title].keys)]
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
@@ -41,78 +49,80 @@ def test_every_field_shows_the_value_the_run_will_use(dag_id):
     """Defaults come from the config file (or the model's default), so they equal the validated config."""
     params = dag_params(LAYOUTS[dag_id])
     config = load_config(LAYOUTS[dag_id].config_file)
-    for dotted in LAYOUTS[dag_id].run_fields:
-        assert params[dotted.replace(".", "__")].value == config_value(config, dotted), dotted
-    for title in LAYOUTS[dag_id].sections:
-        lines = settings_lines(params[SECTIONS[title].param].value)
-        assert lines, title
-        for line in lines:
-            key = line.split("=", 1)[0]
-            assert load_config(LAYOUTS[dag_id].config_file, overrides=[line]) == config, line
-            assert SECTIONS[title].owns(key)
+    for key, param in params.items():
+        if key != "config_file":
+            assert param.value == config_value(config, key.replace("__", ".")), key
     assert params["config_file"].value == LAYOUTS[dag_id].config_file
 
 
 def test_enums_offer_their_real_choices_only():
-    params = dag_params(LAYOUTS["llm_streaming_inference"])
+    params = dag_params(STREAMING)
     assert params["profile"].schema["enum"] == ["local", "gcp"]
     assert params["profile"].schema["type"] == "string"
+    assert params["gpu__sharing"].schema["enum"] == ["auto", "single_process", "mps", "model_copies"]
     assert params["bucket"].schema["type"] == ["null", "string"]  # empty bucket: a bucket per run
 
 
-def test_a_section_field_refuses_keys_of_other_sections_and_malformed_lines():
-    field: Param = dag_params(LAYOUTS["llm_streaming_inference"])["smoke_test_settings"]
-    field.resolve("smoke_test.num_prompts=3\n\n# a comment\n  smoke_test.timeout_s = 60\n")
-    for text in ("gpu.count=2", "smoke_test.num_prompts", "smoke_test.typo=1", "num_prompts=3"):
-        with pytest.raises(ParamValidationError):
-            field.resolve(text)
+@pytest.mark.parametrize(("key", "bad"), [("gpu__count", "many"), ("gpu__count", 0), ("gpu__sharing", "shared"),
+                                          ("smoke_test__num_prompts", -1), ("model__chat_template", "maybe"),
+                                          ("gpu__model_copies", 17)])
+def test_a_bad_value_is_refused_by_its_own_field(key, bad):
+    field = dag_params(STREAMING)[key]
+    with pytest.raises(ParamValidationError):
+        field.resolve(bad)
+    field.resolve(field.value)  # the shown value passes
 
 
 def form_values(layout) -> dict:
     return {key: param.value for key, param in dag_params(layout).items()}
 
 
-def test_an_untouched_form_asks_for_nothing_beyond_the_config_file():
-    config_file, changed, lines = run_settings(LAYOUTS["llm_streaming_inference"], form_values(LAYOUTS["llm_streaming_inference"]))
-    assert (config_file, changed, lines) == ("configs/local.yaml", {}, [])
+def test_a_run_without_conf_takes_the_configuration_file():
+    assert run_settings(STREAMING, form_values(STREAMING), None) == ("configs/local.yaml", {}, [])
+    assert run_settings(STREAMING, form_values(STREAMING), {}) == ("configs/local.yaml", {}, [])
 
 
-def test_changed_fields_and_lines_override_and_untouched_ones_take_the_named_files_values():
-    values = form_values(LAYOUTS["llm_streaming_inference"])
-    values["gpu__count"] = 2
-    values["smoke_test_settings"] = values["smoke_test_settings"].replace("smoke_test.num_prompts=8",
-                                                                          "smoke_test.num_prompts=3")
-    values["config_file"] = "configs/gcp.example.yaml"
-    config = load_config(*run_settings(LAYOUTS["llm_streaming_inference"], values))
-    expected = load_config("configs/gcp.example.yaml", overrides=["gpu.count=2", "smoke_test.num_prompts=3"])
-    assert config == expected
-    assert config.profile == "gcp"  # the form showed "local", untouched: the named file decides
+def test_what_a_run_sends_wins_even_a_value_equal_to_the_first_files():
+    """The form sends every field: each wins over the named file, which gives the keys the form does not show."""
+    sent = {**form_values(STREAMING), "gpu__count": 2, "smoke_test__num_prompts": 3,
+            "config_file": "configs/gcp.example.yaml"}
+    config = load_config(*run_settings(STREAMING, sent, sent))
+    assert (config.profile, config.gpu.count, config.smoke_test.num_prompts) == ("local", 2, 3)
+    gcp_file = load_config("configs/gcp.example.yaml")
+    shown = {key.replace("__", ".") for key in sent}
+    assert config.dataflow.experiments == gcp_file.dataflow.experiments  # not in the form: from the named file
+    assert "dataflow.experiments" not in shown
+
+
+def test_a_conf_that_names_the_file_alone_takes_all_of_that_files_values():
+    conf = {"config_file": "configs/gcp.example.yaml"}
+    config = load_config(*run_settings(STREAMING, {**form_values(STREAMING), **conf}, conf))
+    assert config == load_config("configs/gcp.example.yaml")
 
 
 def test_a_conf_of_single_keys_still_works():
-    conf = {"model__max_new_tokens": 7, "smoke_test__num_prompts": 4, "local__state_dir": "/tmp/x", "gpu__zone": ""}
-    config = load_config(*run_settings(LAYOUTS["llm_streaming_inference"], {**form_values(LAYOUTS["llm_streaming_inference"]), **conf}))
+    conf = {"model__max_new_tokens": 7, "smoke_test__num_prompts": 4, "local__state_dir": "/tmp/x", "gpu__zone": "",
+            "pubsub__prompts_topic": "questions"}  # the last is in no form: a key the file holds, sent anyway
+    config = load_config(*run_settings(STREAMING, {**form_values(STREAMING), **conf}, conf))
     assert (config.model.max_new_tokens, config.smoke_test.num_prompts, config.local.state_dir) == (7, 4, "/tmp/x")
-    assert config.gpu.zone is None
+    assert config.gpu.zone is None and config.pubsub.prompts_topic == "questions"
 
 
-def test_clearing_a_field_the_file_sets_clears_it(tmp_path, monkeypatch):
+def test_clearing_a_field_the_file_sets_clears_it(tmp_path):
     config_file = tmp_path / "with-bucket.yaml"
     config_file.write_text("bucket: team-bucket\n")
     layout = FormLayout(str(config_file), ("profile", "bucket"), LAYOUTS["gpu_quota_report"].sections)
     values = form_values(layout)
     assert values["bucket"] == "team-bucket"
-    assert load_config(*run_settings(layout, values)).bucket == "team-bucket"
-    assert load_config(*run_settings(layout, {**values, "bucket": None})).bucket is None
+    assert load_config(*run_settings(layout, values, values)).bucket == "team-bucket"
+    assert load_config(*run_settings(layout, {**values, "bucket": None}, {"bucket": None})).bucket is None
 
 
-@pytest.mark.parametrize("value", ["nvidia-l4", "g2-standard-4", "gs://b/x", "3.11", "2.77.0", "true", "off", "no",
-                                   "null", "", " padded", "a: b", "[x", "#x", "us-docker.pkg.dev/v/t:latest", 8, 1.5,
-                                   True, None, ["a", "b"], {"k": 1}])
-def test_every_value_reads_back_from_its_line_as_itself(value):
-    from gpuflow.config_loading import parse_override
-    from gpuflow.trigger_form import format_value
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_every_field_names_draft_07_which_its_schema_keeps_to(dag_id):
+    """Airflow validates a scheduled DAG's Params at every parse; draft-07's meta-schema check is the cheap one."""
+    from jsonschema.validators import Draft7Validator, validator_for
 
-    # parse_override keeps a float's text (pydantic reads it), so that "3.10" stays a string.
-    expected = str(value) if isinstance(value, float) else value
-    assert parse_override(f"key={format_value(value)}") == ("key", expected)
+    for key, param in dag_params(LAYOUTS[dag_id]).items():
+        assert validator_for(param.schema) is Draft7Validator, key
+        Draft7Validator.check_schema(param.schema)

@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 
 #: The Airflow pool of the tasks that start GPU jobs (the GPU check, the launch, the Dataproc batch). With one slot
 #: and deferred tasks counted, they start one at a time, and each re-checks the quota right before it starts, so
-#: two runs cannot both pass the quota check and then exceed it. Create it once per Airflow (README):
-#: ``airflow pools set gpuflow_gpu 1 "gpuflow: GPU jobs start one at a time" --include-deferred``.
+#: two runs cannot both pass the quota check and then exceed it. Create it once per Airflow (docs/gcp.md):
+#: ``airflow pools set gpuflow_gpu 1 "gpuflow: GPU jobs start one at a time" --include-deferred``; on Composer,
+#: deploy-composer creates it, and preflight fails a run when it is missing (preflight.pool_rules).
 GPU_POOL = "gpuflow_gpu"
 
 
@@ -29,7 +30,8 @@ def config_from_params(context: Any):
     from gpuflow.config import ConfigError
     from gpuflow.config_loading import load_config
 
-    config_file, changed, lines = run_settings(dag_form(context["dag"]), dict(context["params"]))
+    conf = getattr(context.get("dag_run"), "conf", None)
+    config_file, changed, lines = run_settings(dag_form(context["dag"]), dict(context["params"]), conf)
     try:
         return load_config(config_file, changed, lines)
     except ConfigError as error:
@@ -41,6 +43,7 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
 
     The profile's platform adds what only it can read: on gcp, the region's zones from Compute Engine and the
     project's access (APIs, IAM, the workers' service account, policies, the bucket), before anything is created.
+    On Cloud Composer, the GPU tasks' pool is read from the environment's Airflow REST API.
 
     A finding at error level fails the task without retries: a bad configuration will not get better. So does a
     run whose waits would outlast their tasks' execution_timeout (killed mid-wait instead of ending with the
@@ -55,10 +58,13 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
             f"configuration file): {'; '.join(short)}. Fix: raise the timeouts in the configuration file the DAG "
             "reads, or lower them for this run.")
     from gpuflow.platform import get_platform
+    from gpuflow.platform.composer_api import pool_state, this_environment
 
     platform = get_platform(config)
+    composer = this_environment(config.gcp_conn_id)  # on Composer, its Airflow's pools can be read
+    gpu_pool = (GPU_POOL, lambda name: pool_state(composer, name)) if composer else None
     findings = run_preflight(config, workflow=workflow, zones_offering=platform.zones_offering,
-                             access=platform.access_probe())
+                             access=platform.access_probe(), gpu_pool=gpu_pool)
     fail_on_errors(findings, f"preflight of {what}")
     return config.model_dump(mode="json")
 

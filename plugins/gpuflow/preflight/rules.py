@@ -23,6 +23,7 @@ from gpuflow.preflight.gpu_rules import (
     streaming_right_fitting_autoscales,
 )
 from gpuflow.preflight.image_rules import IMAGE_RULES, export_lock
+from gpuflow.preflight.pool_rules import PoolReader, pool_findings
 
 Rule = Callable[[GpuflowConfig], Iterator[Finding]]
 
@@ -328,10 +329,12 @@ PROFILE_RULES: dict[str, set[Rule]] = {
 
 
 def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference",
-                  zones_offering: ZonesOffering | None = None, access: AccessProbe | None = None) -> list[Finding]:
+                  zones_offering: ZonesOffering | None = None, access: AccessProbe | None = None,
+                  gpu_pool: tuple[str, PoolReader] | None = None) -> list[Finding]:
     """Every rule of the workflow. ``zones_offering`` (gcp, from the platform): the region check asks Compute
     Engine instead of reading the offline table. ``access`` (gcp, from the platform): the project's APIs, IAM,
-    service account, policies and bucket are checked too (``access_rules``)."""
+    service account, policies and bucket are checked too (``access_rules``). ``gpu_pool`` (the pool's name and a
+    reader, where Airflow's pools can be read: on Composer): the GPU tasks' pool must exist (``pool_rules``)."""
     # The teardown and the janitor start no job: the configuration's job rules do not apply to them.
     config_rules = [gcp_project_is_real] if workflow == "maintenance" else CONFIG_RULES
     rules = config_rules + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
@@ -345,4 +348,6 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
     findings = [finding for rule in rules for finding in rule(config)]
     if access is not None:
         findings += access_findings(config, workflow, access)
+    if gpu_pool is not None:
+        findings += pool_findings(workflow, *gpu_pool)
     return findings

@@ -1,0 +1,60 @@
+"""A Cloud Composer environment and its Airflow REST API, through the provider's ``CloudComposerHook``: where
+``deploy-composer`` creates the ``gpuflow_gpu`` pool, and where preflight, running on Composer, reads it.
+
+Airflow 3's task execution API has no route for pools, so a task can read them only through the environment's
+REST API (v2, always enabled on Airflow 3, with Composer's own authentication:
+docs.cloud.google.com/composer/docs/composer-3/access-airflow-api). A task knows its environment from the
+variables Composer reserves and sets in its Airflow containers: ``COMPOSER_ENVIRONMENT``, ``COMPOSER_LOCATION``
+and ``GCP_PROJECT`` ("Reserved variables", docs.cloud.google.com/composer/docs/composer-3/set-environment-variables).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+#: Composer's reserved variables that name the environment a task runs in.
+ENVIRONMENT_VARIABLES = ("COMPOSER_ENVIRONMENT", "COMPOSER_LOCATION", "GCP_PROJECT")
+
+
+@dataclass
+class ComposerTarget:
+    environment: str
+    location: str
+    project: str | None = None  # None: the connection's project
+    conn_id: str = "google_cloud_default"
+
+    def hook(self):
+        from airflow.providers.google.cloud.hooks.cloud_composer import CloudComposerHook
+
+        return CloudComposerHook(gcp_conn_id=self.conn_id)
+
+    def where(self) -> dict[str, Any]:
+        return {"project_id": self.project, "region": self.location, "environment_id": self.environment}
+
+
+def this_environment(conn_id: str) -> ComposerTarget | None:
+    """The Composer environment this process runs in, or None elsewhere."""
+    environment, location, project = (os.environ.get(name) for name in ENVIRONMENT_VARIABLES)
+    return ComposerTarget(environment, location, project or None, conn_id) if environment and location else None
+
+
+def read_pool(hook, airflow_uri: str, name: str):
+    """GET /api/v2/pools/NAME on the environment's Airflow: the response (200: it exists; 404: it does not)."""
+    return hook.make_composer_airflow_api_request("GET", airflow_uri, f"/api/v2/pools/{name}")
+
+
+def pool_state(target: ComposerTarget, name: str) -> tuple[str, str]:
+    """("exists" | "missing" | "unknown", what was read), for preflight."""
+    try:
+        hook = target.hook()
+        environment = hook.get_environment(**target.where())
+        found = read_pool(hook, environment.config.airflow_uri, name)
+    except Exception as problem:  # refused, unreachable, credentials: the check cannot tell
+        return "unknown", f"{type(problem).__name__}: {str(problem)[:200]}"
+    if found.status_code == 200:
+        return "exists", f"{found.json().get('slots')} slots"
+    if found.status_code == 404:
+        return "missing", "404 from the Airflow REST API"
+    return "unknown", f"{found.status_code}: {found.text[:200]}"
