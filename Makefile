@@ -85,29 +85,37 @@ $(CHROMIUM):
 test: venv lint docs browser ## everything: lint, the docs site, then every test (unit, integration, live); about 21 minutes
 	$(BIN)/python -m pytest -n 2 --dist worksteal
 
-# Composer's floor (plugins/gpuflow/catalog/composer.yaml): its Airflow and providers, the lines of Composer's own
-# package list that could be read (../shared/composer), and gpuflow's own pins for the rest (requirements.txt less
-# the three floor packages). The tests that matter on Composer then run from a tree laid out as deploy-composer
-# copies it (tests/composer_tree.py), with only dags/, plugins/ and the tests on sys.path.
-COMPOSER_VENV := .venv-composer
-COMPOSER_TREE := .composer-tree
-COMPOSER_CONSTRAINTS := ../shared/composer/constraints-composer-3-airflow-3.3.1-build.0.txt
-COMPOSER_FLOOR := apache-airflow==3.3.1 apache-airflow-providers-google==22.2.2 apache-airflow-providers-apache-beam==6.2.3
+# Cloud Composer's lines that gpuflow runs on (plugins/gpuflow/catalog/composer.yaml, tested_lines; a test keeps the
+# pins below equal to it): LINE=3.3.1 (the newest; default) or LINE=3.1.8 (the floor). Each gets a venv of its own:
+# its Airflow and providers, the lines of Composer's own package list that could be read (../shared/composer; none
+# for 3.1.8), and gpuflow's own pins for the rest (requirements.txt less the three). The tests that matter on
+# Composer then run from a tree laid out as deploy-composer copies it (tests/composer_tree.py), with only dags/,
+# plugins/ and the tests on sys.path.
+LINE ?= 3.3.1
+COMPOSER_PINS_3.3.1 := apache-airflow==3.3.1 apache-airflow-providers-google==22.2.2 apache-airflow-providers-apache-beam==6.2.3
+COMPOSER_CONSTRAINTS_3.3.1 := ../shared/composer/constraints-composer-3-airflow-3.3.1-build.0.txt
+COMPOSER_PINS_3.1.8 := apache-airflow==3.1.8 apache-airflow-providers-google==22.2.0 apache-airflow-providers-apache-beam==6.2.2
+COMPOSER_CONSTRAINTS_3.1.8 :=
+COMPOSER_PINS = $(COMPOSER_PINS_$(LINE))
+COMPOSER_CONSTRAINTS = $(COMPOSER_CONSTRAINTS_$(LINE))
+COMPOSER_VENV = .venv-composer-$(LINE)
+COMPOSER_TREE = .composer-tree-$(LINE)
 COMPOSER_TESTS := tests/unit/test_dag_parse.py tests/unit/test_triggers.py tests/integration/test_dag_local.py \
 	tests/integration/test_dag_batch_local.py tests/integration/test_janitor_local.py \
 	tests/integration/test_dag_quota_report.py tests/integration/test_dag_dataproc.py \
 	tests/integration/test_deployment_local.py tests/integration/test_airflow_live.py
 
 $(COMPOSER_VENV)/.installed: requirements.txt requirements-dev.txt $(COMPOSER_CONSTRAINTS)
+	@test -n "$(COMPOSER_PINS)" || { echo "make test-composer: LINE is 3.3.1 or 3.1.8, not $(LINE)"; exit 2; }
 	test -x $(COMPOSER_VENV)/bin/python || $(PYTHON) -m venv $(COMPOSER_VENV)
 	grep -v -E '^(apache-airflow|apache-airflow-providers-google|apache-airflow-providers-apache-beam)==' \
 	  requirements.txt > $(COMPOSER_VENV)/requirements-rest.txt
 	grep -E '^(pytest|pytest-timeout|pytest-xdist|playwright)==' requirements-dev.txt > $(COMPOSER_VENV)/requirements-test.txt
-	$(COMPOSER_VENV)/bin/pip install -q -c $(COMPOSER_CONSTRAINTS) $(COMPOSER_FLOOR) \
+	$(COMPOSER_VENV)/bin/pip install -q $(if $(COMPOSER_CONSTRAINTS),-c $(COMPOSER_CONSTRAINTS)) $(COMPOSER_PINS) \
 	  -r $(COMPOSER_VENV)/requirements-rest.txt -r $(COMPOSER_VENV)/requirements-test.txt 2>&1 | $(PIP_QUIET)
 	touch $@
 
-test-composer: venv browser $(COMPOSER_VENV)/.installed ## the DAGs at Composer's floor (Airflow 3.3.1), from Composer's bucket layout
+test-composer: venv browser $(COMPOSER_VENV)/.installed ## the DAGs on a Composer line (LINE=3.3.1 default, or 3.1.8, the floor), from Composer's bucket layout
 	$(BIN)/python -m tests.composer_tree $(COMPOSER_TREE)
 	cd $(COMPOSER_TREE) && PYTHONPATH=dags:plugins:. ../$(COMPOSER_VENV)/bin/python -c \
 	  "from importlib.metadata import version as v; print('test-composer at', *(f'{p} {v(p)}' for p in \

@@ -15,8 +15,9 @@ from the configuration file (batch.schedule, batch.catchup); each run's ds is th
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, CronDataIntervalTimetable
+from airflow.sdk import DAG
 
+from gpuflow.operators.airflow_names import cron_data_interval_timetable
 from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.batch import (
     BATCH_ANSWERS_ASSET,
@@ -48,7 +49,7 @@ with DAG(
     description="Answer each interval's JSONL prompts with a batch RunInference job on Dataflow GPUs.",
     # Data intervals, so that the run of ds=2026-01-01 starts once that day has ended, its prompts all in (a plain
     # cron string gives Airflow 3's CronTriggerTimetable: ds would be the day that is just starting).
-    schedule=CronDataIntervalTimetable(SETTINGS["batch.schedule"], timezone="UTC"),
+    schedule=cron_data_interval_timetable(SETTINGS["batch.schedule"], timezone="UTC"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=bool(SETTINGS["batch.catchup"]),
     max_active_runs=1,  # one interval at a time: the GPU quota is checked for one job

@@ -51,6 +51,16 @@ def first_event(trigger) -> dict:
     return asyncio.run(run())
 
 
+def dag_bag(folder: Path | None = None):
+    """A DagBag of gpuflow's DAG files (or ``folder``'s): from airflow.dag_processing.dagbag, or, on Airflow 3.1
+    (Composer's 3.1.8 line, make test-composer LINE=3.1.8), airflow.models.dagbag."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:
+        from airflow.models.dagbag import DagBag
+    return DagBag(str(folder or ROOT / "dags"))
+
+
 def dag_forms() -> dict:
     """Each gpuflow DAG's trigger form (its FormLayout), as its DAG file declares it: {dag_id: layout}."""
     return dict(_dag_forms())
@@ -59,11 +69,9 @@ def dag_forms() -> dict:
 def _dag_forms() -> tuple:
     global _FORMS
     if _FORMS is None:
-        from airflow.dag_processing.dagbag import DagBag
-
         from gpuflow.trigger_form import dag_form
 
-        bag = DagBag(str(ROOT / "dags"))
+        bag = dag_bag()
         _FORMS = tuple(sorted((dag_id, dag_form(dag)) for dag_id, dag in bag.dags.items()))
     return _FORMS
 

@@ -130,8 +130,19 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             dialog = page.get_by_role("dialog")
             dialog.get_by_text("Run Parameters").wait_for()
 
+            # How Airflow's UI marks a field's control: 3.3 names it (name=element_KEY); 3.1, Composer's floor, gives
+            # it an id (element_KEY, or select:element_KEY, number-input:element_KEY around the input).
+            def control(key: str):
+                return dialog.locator(f'[name=element_{key}], input[id="element_{key}"], '
+                                      f'[id="number-input:element_{key}"] input').first
+
+            def choice(key: str):
+                return dialog.locator(f'[id="element_{key}"], [id="select:element_{key}"]').first
+
             def field(key: str):
-                return dialog.locator(f"[data-scope=field][data-part=root][role=group]:has([name=element_{key}])")
+                anchors = (f'[name=element_{key}], [id="element_{key}"], [id="select:element_{key}"], '
+                           f'[id="number-input:element_{key}"]')
+                return dialog.locator(f"[data-scope=field][data-part=root][role=group]:has({anchors})").first
 
             # The per-run fields show a person's label, the config key in their help, and the value the run uses.
             shown = {"profile": "local", "model__name": "gpuflow-demo", "model__max_new_tokens": "16",
@@ -140,29 +151,29 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
                 assert field(key).locator("label").inner_text().strip().rstrip("*").strip() == params[key].schema["title"]
                 assert field(key).locator("[data-part=helper-text]").inner_text().strip() == params[key].description
                 if key != "profile":
-                    assert dialog.locator(f"[name=element_{key}]").input_value() == value, key
-            assert "local" in dialog.locator("#element_profile").inner_text()
+                    assert control(key).input_value() == value, key
+            assert "local" in choice("profile").inner_text()
             # The sections start folded: their fields are not shown until a person opens them.
-            assert not dialog.locator("[name=element_smoke_test__num_prompts]").is_visible()
+            assert not control("smoke_test__num_prompts").is_visible()
             frame_from_top(page, dialog, DOCS / "trigger-form.png")
             # An enum offers exactly its choices, no "null".
-            dialog.locator("#element_profile [role=combobox]").click()
+            choice("profile").locator("[role=combobox]").click()
             offered = [option.inner_text().strip() for option in page.get_by_role("option").all()]
             assert sorted(offered) == ["gcp", "local"], offered
             page.get_by_role("option", name="local", exact=True).click()  # keeps the value, closes the menu
 
-            dialog.locator("[name=element_model__max_new_tokens]").fill("8")
+            control("model__max_new_tokens").fill("8")
             # One section is open at a time: unfolding one folds "Run Parameters" (its values stay).
             section = dialog.get_by_role("button", name="Smoke test", exact=True)
             section.click()
-            prompts = dialog.locator("[name=element_smoke_test__num_prompts]")
+            prompts = control("smoke_test__num_prompts")
             prompts.wait_for()
             # Each key is a typed field of its own, with its label and the file's value.
             assert prompts.input_value() == "8"
             for key in ("smoke_test__num_prompts", "smoke_test__timeout_s", "smoke_test__gpu_usage"):
                 label = field(key).locator("label").inner_text().strip().rstrip("*").strip()
                 assert label == params[key].schema["title"], key
-            assert "fail" in dialog.locator("#element_smoke_test__gpu_usage").inner_text()  # an enum: a choice
+            assert "fail" in choice("smoke_test__gpu_usage").inner_text()  # an enum: a choice
             section.scroll_into_view_if_needed()
             page.evaluate("element => element.scrollIntoView({block: 'start'})", section.element_handle())
             frame_from_top(page, section.locator("xpath=ancestor::*[@data-part='item'][1]"),
@@ -171,7 +182,7 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
 
             dialog.get_by_role("button", name="Local profile", exact=True).click()
             for key, value in local_fields.items():
-                typed = dialog.locator(f"[name=element_{key}]")
+                typed = control(key)
                 typed.wait_for()
                 typed.fill(value)
             runs_before = {r["dag_run_id"] for r in airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns").json()["dag_runs"]}
@@ -190,6 +201,9 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             page.get_by_text("smoke_test").first.wait_for()
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ARTIFACTS / "finished-run-grid.png"), full_page=True)
+        except Exception:
+            (ARTIFACTS / "trigger-form-failure.html").write_text(page.content())  # what the browser had, for a reader
+            raise
         finally:
             browser.close()
     for picture in (DOCS / "trigger-form.png", DOCS / "trigger-form-section.png", ARTIFACTS / "finished-run-grid.png"):
@@ -230,19 +244,31 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
     # (the shell that runs the job writes it beside the job's log the moment the job ends).
     from gpuflow.naming import run_prefix
 
-    deferrals = {line.split("ti_id=")[1].split()[0]: line.split("run_id=")[1].split()[0] for line in scheduler
-                 if "Pausing task as DEFERRED" in line and "task_id=run_batch" in line}
-    assert len(deferrals) == 4, deferrals
-
-    def when(line: str) -> datetime:
-        return datetime.fromisoformat(line[:26].replace("T", " ")).replace(tzinfo=UTC)
-
-    for ti_id, run_id in deferrals.items():
-        freed = next(when(line) for line in scheduler if "Workload finished" in line
-                     and f"workload_id={ti_id}" in line and "final_state=deferred" in line)
+    freed_at = slots_freed_by_deferral(scheduler, "run_batch")
+    assert len(freed_at) == 4, freed_at
+    for run_id, freed in freed_at.items():
         exit_file = Path(local.state_dir) / f"{run_prefix(BATCH_DAG, run_id)}-pipeline.log.exit"
         job_ended = datetime.fromtimestamp(exit_file.stat().st_mtime, tz=UTC)
         assert freed < job_ended, (run_id, freed, job_ended)
+
+
+def _logged_at(line: str) -> datetime:
+    return datetime.fromisoformat(line[:26].replace("T", " ")).replace(tzinfo=UTC)
+
+
+def slots_freed_by_deferral(scheduler: list[str], task_id: str) -> dict[str, datetime]:
+    """When each deferral of ``task_id`` ended its workload, by run id, from the scheduler's log: Airflow 3.3 pauses
+    the task ("Pausing task as DEFERRED ... ti_id= run_id=") and says "Workload finished ... final_state=deferred"
+    for that ti; Airflow 3.1 (Composer's floor) says "TaskInstance Finished: ... task_id=..., run_id=..., ...
+    state=deferred"."""
+    paused = {line.split("ti_id=")[1].split()[0]: line.split("run_id=")[1].split()[0] for line in scheduler
+              if "Pausing task as DEFERRED" in line and f"task_id={task_id}" in line}
+    if paused:
+        return {run_id: next(_logged_at(line) for line in scheduler if "Workload finished" in line
+                             and f"workload_id={ti_id}" in line and "final_state=deferred" in line)
+                for ti_id, run_id in paused.items()}
+    return {line.split("run_id=")[1].split(",")[0]: _logged_at(line) for line in scheduler
+            if "TaskInstance Finished:" in line and f"task_id={task_id}," in line and "state=deferred," in line}
 
 
 def run_backfill(airflow_live, conf: dict, days: list[str], folder: Path) -> None:
@@ -252,9 +278,12 @@ def run_backfill(airflow_live, conf: dict, days: list[str], folder: Path) -> Non
     body = {"dag_id": BATCH_DAG, "from_date": f"{days[0]}T00:00:00Z", "to_date": f"{days[-1]}T00:00:00Z",
             "dag_run_conf": conf, "max_active_runs": 10}  # the CLI's default
     deadline = time.monotonic() + 120
-    while True:  # on SQLite the API server answers 503 "Database is locked" while the scheduler writes: ask again
+    while True:  # on SQLite the API server refuses while the scheduler writes: ask again
         created = airflow_live.api("POST", "/backfills", json=body)
-        if created.status_code != 503 or "locked" not in created.text or time.monotonic() > deadline:
+        # Airflow 3.3 answers 503 "Database is locked"; 3.1 (Composer's floor) a bare 500, its log "database is locked"
+        locked = (created.status_code == 503 and "locked" in created.text) or (
+            created.status_code == 500 and "database is locked" in airflow_live.log_tail("api-server", lines=200))
+        if not locked or time.monotonic() > deadline:
             break
         time.sleep(2)
     assert created.status_code == 200, created.text

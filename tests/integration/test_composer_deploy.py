@@ -10,7 +10,7 @@ from gpuflow.composer import MANIFEST, deploy_files
 from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployRefused
 from gpuflow.paths import SITE_CONFIG
 from tests.gcp_fakes.composer import FakeComposer
-from tests.helpers import GCP_TEST_PROJECT, ROOT
+from tests.helpers import GCP_TEST_PROJECT, ROOT, dag_bag
 
 pytestmark = pytest.mark.integration
 
@@ -97,9 +97,7 @@ def test_on_composer_preflight_fails_at_once_without_the_pool_and_the_deploy_it_
         composer, monkeypatch, local_config, emulators):
     """A task on Composer knows its environment from Composer's reserved variables and reads the pool through the
     environment's Airflow REST API; the streaming DAG's preflight then fails before anything is created."""
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.sdk.exceptions import AirflowFailException
-
+    from gpuflow.operators.airflow_names import AirflowFailException
     from gpuflow.operators.base import validated_config
     from gpuflow.platform.composer_api import this_environment
 
@@ -108,7 +106,7 @@ def test_on_composer_preflight_fails_at_once_without_the_pool_and_the_deploy_it_
                         ("GCP_PROJECT", GCP_TEST_PROJECT)):
         monkeypatch.setenv(name, value)
     assert this_environment("google_cloud_default") == TARGET
-    dags = DagBag(str(ROOT / "dags")).dags
+    dags = dag_bag().dags
     config = local_config
 
     def preflight(dag_id: str, workflow: str) -> None:

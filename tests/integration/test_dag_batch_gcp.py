@@ -11,7 +11,7 @@ from gpuflow.batch_paths import fill_batch_paths
 from gpuflow.config_loading import load_config
 from gpuflow.naming import run_prefix
 from tests.gcp_fakes import BATCH_SUCCEEDS, ZONE_EXHAUSTED, FakeDataflow, FakeGoogleCloud, FakeVertex, FakeWorkers
-from tests.helpers import GCP_TEST_PROJECT
+from tests.helpers import GCP_TEST_PROJECT, dag_bag
 
 DAG_ID = "llm_batch_inference"
 BUCKET = "gpuflow-gcp-batch-bucket"
@@ -31,9 +31,6 @@ CONF = {
 
 def test_a_batch_date_on_gcp_falls_back_from_an_exhausted_zone_and_publishes(airflow_db, gcs_bucket, gcp_env,
                                                                              monkeypatch, tmp_path, demo_model_dir):
-    from airflow.dag_processing.dagbag import DagBag
-
-    from tests.helpers import ROOT
 
     gcs = gcs_bucket(BUCKET)
     lines = [json.dumps({"id": f"q{i}", "prompt": f"tell me about river {i}"}) for i in range(3)] + ["{oops"]
@@ -44,7 +41,7 @@ def test_a_batch_date_on_gcp_falls_back_from_an_exhausted_zone_and_publishes(air
     cloud.install(monkeypatch)
     cloud.dataflow.scripts = [BATCH_SUCCEEDS, ZONE_EXHAUSTED, BATCH_SUCCEEDS]  # GPU check; batch job; its fallback
 
-    run = DagBag(str(ROOT / "dags")).dags[DAG_ID].test(logical_date=DAY, run_conf=CONF)
+    run = dag_bag().dags[DAG_ID].test(logical_date=DAY, run_conf=CONF)
 
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert run.state == DagRunState.SUCCESS, states

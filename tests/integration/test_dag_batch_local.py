@@ -18,11 +18,9 @@ DATES = [pendulum.datetime(2026, 3, day, tz="UTC") for day in (1, 2, 3)]
 
 @pytest.fixture(scope="module")
 def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.helpers import dag_bag
 
-    from tests.helpers import ROOT
-
-    return DagBag(str(ROOT / "dags")).dags[DAG_ID]
+    return dag_bag().dags[DAG_ID]
 
 
 @pytest.fixture(scope="module")

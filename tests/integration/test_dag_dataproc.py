@@ -16,11 +16,9 @@ BUCKET = "gpuflow-dataproc-test"
 
 
 def dataproc_dag():
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.helpers import dag_bag
 
-    from tests.helpers import ROOT
-
-    return DagBag(str(ROOT / "dags")).dags[DAG_ID]
+    return dag_bag().dags[DAG_ID]
 
 
 def states(run):

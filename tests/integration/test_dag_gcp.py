@@ -27,7 +27,7 @@ from tests.gcp_fakes import (
     FakeVertex,
     FakeWorkers,
 )
-from tests.helpers import GCP_TEST_PROJECT
+from tests.helpers import GCP_TEST_PROJECT, dag_bag
 
 DAG_ID = "llm_streaming_inference"
 PROJECT = GCP_TEST_PROJECT
@@ -48,11 +48,8 @@ CONF = {
 @pytest.fixture
 def dag(airflow_db):
     """A fresh DAG per test: dag.test() keeps a run's conf in the DAG's Params, so a mode would leak on."""
-    from airflow.dag_processing.dagbag import DagBag
 
-    from tests.helpers import ROOT
-
-    return DagBag(str(ROOT / "dags")).dags[DAG_ID]
+    return dag_bag().dags[DAG_ID]
 
 
 @pytest.fixture

@@ -11,11 +11,9 @@ DAG_ID = "llm_streaming_inference"
 
 @pytest.fixture(scope="module")
 def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.helpers import dag_bag
 
-    from tests.helpers import ROOT
-
-    return DagBag(str(ROOT / "dags")).dags[DAG_ID]
+    return dag_bag().dags[DAG_ID]
 
 
 def run_conf(local_config, **extra):

@@ -6,11 +6,9 @@ from tests.gcp_fakes import FakeGoogleCloud, FakeProjectsClient, FakeRegionsClie
 
 
 def quota_dag():
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.helpers import dag_bag
 
-    from tests.helpers import ROOT
-
-    return DagBag(str(ROOT / "dags")).dags["gpu_quota_report"]
+    return dag_bag().dags["gpu_quota_report"]
 
 
 def report_of(run):

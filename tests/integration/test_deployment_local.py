@@ -29,11 +29,9 @@ BUCKET = "gpuflow-deploy-test"
 
 @pytest.fixture(scope="module")
 def dags(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.helpers import dag_bag
 
-    from tests.helpers import ROOT
-
-    bag = DagBag(str(ROOT / "dags"))
+    bag = dag_bag()
     return bag.dags["llm_streaming_inference"], bag.dags["llm_streaming_teardown"], bag.dags["gpuflow_janitor"]
 
 
@@ -129,7 +127,10 @@ def kill_a_run_mid_launch(local_config, state_dir: Path) -> str:
     before = set(state_dir.glob("*-pipeline.pid"))
     script = textwrap.dedent(f"""
         import json, sys
-        from airflow.dag_processing.dagbag import DagBag
+        try:
+            from airflow.dag_processing.dagbag import DagBag
+        except ImportError:  # Airflow 3.1 (make test-composer LINE=3.1.8)
+            from airflow.models.dagbag import DagBag
         dag = DagBag({str(Path(__file__).resolve().parents[2] / "dags")!r}).dags["llm_streaming_inference"]
         dag.test(run_conf=json.loads(sys.argv[1]))
     """)

@@ -18,11 +18,9 @@ TEAM_BUCKET = f"{PROJECT}-gf-0123456789"
 
 @pytest.fixture
 def janitor(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.helpers import dag_bag
 
-    from tests.helpers import ROOT
-
-    return DagBag(str(ROOT / "dags")).dags["gpuflow_janitor"]
+    return dag_bag().dags["gpuflow_janitor"]
 
 
 @pytest.fixture

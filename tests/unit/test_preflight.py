@@ -92,8 +92,9 @@ def test_the_demo_model_is_refused_on_gcp_for_inference_only():
 
 
 @pytest.mark.parametrize(("package", "installed", "fails"), [
-    ("apache-airflow", "3.3.1+composer", False), ("apache-airflow", "3.2.2", True),
-    ("apache-airflow-providers-google", "22.2.0", True), ("apache-airflow-providers-apache-beam", "6.3.1", False),
+    ("apache-airflow", "3.3.1+composer", False), ("apache-airflow", "3.1.8+composer", False),
+    ("apache-airflow", "3.1.7", True), ("apache-airflow-providers-google", "22.2.0", False),
+    ("apache-airflow-providers-google", "22.1.0", True), ("apache-airflow-providers-apache-beam", "6.2.1", True),
 ])
 def test_airflow_and_providers_below_the_composer_floor_fail_with_the_upgrade(monkeypatch, package, installed, fails):
     from gpuflow.preflight.rules import airflow_at_floor

@@ -196,3 +196,8 @@ def access_table(section: str) -> dict[str, Any]:
 def composer_floor() -> dict[str, Any]:
     """The oldest Composer image line and packages gpuflow runs on (composer.yaml's floor, with its source)."""
     return _load("composer")["floor"]
+
+
+def composer_tested_lines() -> dict[str, dict[str, Any]]:
+    """The Composer lines `make test-composer LINE=…` runs gpuflow on: their pinned packages and constraints."""
+    return _load("composer")["tested_lines"]

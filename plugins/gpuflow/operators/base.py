@@ -11,8 +11,8 @@ import logging
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
+from gpuflow.operators.airflow_names import AirflowFailException
 from gpuflow.trigger_form import dag_form, run_settings
 
 log = logging.getLogger(__name__)

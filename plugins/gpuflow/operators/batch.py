@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import Asset
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from gpuflow.operators.airflow_names import AirflowException, AirflowFailException, AirflowSkipException
 from gpuflow.operators.base import GpuflowStepOperator
 from gpuflow.operators.streaming import (
     CleanupOperator,

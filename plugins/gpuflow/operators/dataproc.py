@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
+from gpuflow.operators.airflow_names import AirflowFailException
 from gpuflow.operators.base import (
     GpuflowStepOperator,
     config_from_params,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
-
+from gpuflow.operators.airflow_names import AirflowException
 from gpuflow.operators.base import GpuflowStepOperator, event_succeeded, rollout_plan
 from gpuflow.operators.links import DataflowConsoleLink
 from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _image_of, _pushed_handle

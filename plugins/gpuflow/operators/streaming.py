@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import (
     ROLLOUT_KEY,
     GpuflowStepOperator,

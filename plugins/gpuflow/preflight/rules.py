@@ -210,7 +210,7 @@ def airflow_at_floor(config: GpuflowConfig) -> Iterator[Finding]:
             installed = None
         if installed is None or version_tuple(installed.split("+", 1)[0]) < version_tuple(oldest):
             yield error("profile", f"{package} {installed or '(not installed)'} is below gpuflow's floor {oldest}, "
-                        "the oldest tested (Composer 3 with Airflow 3.3.1)",
+                        f"the oldest tested (Composer 3 with Airflow {floor['packages']['apache-airflow']})",
                         f"on Composer: gcloud composer environments update ENVIRONMENT --location LOCATION "
                         f"--image-version {floor['newest_image']}; elsewhere: pip install '{package}>={oldest}'")
 

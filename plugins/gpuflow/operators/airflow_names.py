@@ -1,0 +1,23 @@
+"""Airflow names gpuflow uses that live elsewhere on Composer's 3.1.8 line (Airflow 3.1).
+
+Airflow 3.3's Task SDK exports the task exceptions (``airflow.sdk.exceptions``) and the cron data-interval
+timetable (``airflow.sdk``); Airflow 3.1.8's SDK exports neither, and its own are in ``airflow.exceptions`` and
+``airflow.timetables.interval``. Found by running gpuflow's DAGs at 3.1.8 (``make test-composer LINE=3.1.8``):
+nothing else differed. Each name is taken from the SDK where it has it.
+"""
+
+from __future__ import annotations
+
+try:
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException  # noqa: F401
+
+
+def cron_data_interval_timetable(cron: str, timezone: str = "UTC"):
+    """Airflow's cron timetable whose runs cover the interval that has just ended (ds: its start)."""
+    try:
+        from airflow.sdk import CronDataIntervalTimetable
+    except ImportError:  # Airflow 3.1
+        from airflow.timetables.interval import CronDataIntervalTimetable
+    return CronDataIntervalTimetable(cron, timezone=timezone)
