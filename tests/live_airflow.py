@@ -67,7 +67,7 @@ class LiveAirflow:
         (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password}))
         env = self.env()
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
-        # The pool of the tasks that start GPU jobs, as the README tells a person to create it.
+        # The pool of the tasks that start GPU jobs, as docs/gcp.md tells a person to create it.
         subprocess.run([sys.executable, "-m", "airflow", "pools", "set", "gpuflow_gpu", "1",
                         "gpuflow: GPU jobs start one at a time", "--include-deferred"], env=env, check=True,
                        capture_output=True)
@@ -105,13 +105,22 @@ class LiveAirflow:
 
     def token(self) -> str:
         answer = requests.post(f"{self.url}/auth/token", json={"username": USERNAME, "password": self.password},
-                               timeout=10)
+                               timeout=30)
         answer.raise_for_status()
         return answer.json()["access_token"]
 
-    def api(self, method: str, path: str, **kwargs) -> requests.Response:
-        headers = {"Authorization": f"Bearer {self.token()}"}
-        return requests.request(method, f"{self.url}/api/v2{path}", headers=headers, timeout=30, **kwargs)
+    def api(self, method: str, path: str, attempts: int = 3, **kwargs) -> requests.Response:
+        """One REST call; asked again when the api-server, on SQLite and two busy cores, does not answer in time."""
+        for attempt in range(1, attempts + 1):
+            try:
+                headers = {"Authorization": f"Bearer {self.token()}"}
+                return requests.request(method, f"{self.url}/api/v2{path}", headers=headers, timeout=30, **kwargs)
+            except (requests.Timeout, requests.ConnectionError) as problem:
+                # a read timeout may come after a POST took effect: only a GET, or a request never sent, again
+                sent = isinstance(problem, requests.ReadTimeout)
+                if attempt == attempts or (sent and method != "GET"):
+                    raise
+                time.sleep(2)
 
     def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> dict:
         deadline = time.monotonic() + timeout_s

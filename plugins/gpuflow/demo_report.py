@@ -20,8 +20,8 @@ def straggler_note(answers: list[dict]) -> str | None:
         return None
     return (f"{len(late)} answer(s) took {min(a['latency_s'] for a in late):.0f}s or more: Beam's DirectRunner runs on "
             f"one thread and blocks up to {DIRECT_RUNNER_PULL_S:.0f}s in its Pub/Sub pull once the subscription is "
-            "empty, which delays the batching timer of the last prompts of a burst. Dataflow does not (README, "
-            "Troubleshooting).")
+            "empty, which delays the batching timer of the last prompts of a burst. Dataflow does not (docs/"
+            "troubleshooting.md).")
 
 
 def latest_run_answers(dag_id: str = DAG_ID) -> tuple[str, str, dict | None]:

@@ -83,7 +83,7 @@ def test_the_api_refuses_requests_without_a_token(airflow_live):
 
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
-#: The README's pictures of the trigger form: this test takes them, so they show the form as it is.
+#: The pictures of the trigger form in docs/trigger-form.md: this test takes them, so they show the form as it is.
 DOCS = ROOT / "docs"  # in Composer's layout (make test-composer) the pictures land in a docs/ of their own
 DOCS.mkdir(exist_ok=True)
 CHROMIUM = "/usr/bin/chromium"

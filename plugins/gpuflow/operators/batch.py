@@ -23,7 +23,7 @@ from gpuflow.operators.streaming import (
 log = logging.getLogger(__name__)
 
 #: Updated by every publish: the answers of one date, whole. The event's extra is the run's summary (``ds``, the
-#: answers and dead-letter files, the counts and rates). Downstream DAGs schedule on it (README).
+#: answers and dead-letter files, the counts and rates). Downstream DAGs schedule on it (docs/batch.md).
 BATCH_ANSWERS_ASSET = Asset(name="gpuflow_batch_answers")
 
 

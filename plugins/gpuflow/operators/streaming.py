@@ -23,7 +23,7 @@ from gpuflow.operators.links import CloudBuildConsoleLink, DataflowConsoleLink, 
 log = logging.getLogger(__name__)
 
 #: Updated by every export_model run; the event's extra says where the bf16 state_dict lies
-#: ({"state_dict_uri", "model_dir_uri", "model", "kept"}). Downstream DAGs schedule on it (README).
+#: ({"state_dict_uri", "model_dir_uri", "model", "kept"}). Downstream DAGs schedule on it (docs/models.md).
 #: Named, without a URI scheme: a scheme makes Airflow load every provider to normalise it (a second per parse).
 STATE_DICT_ASSET = Asset(name="gpuflow_state_dict")
 
