@@ -6,7 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_HOME := $(CURDIR)/.demo
-PIP_QUIET := grep -v '^WARNING: Location' || true
+# pip's own noise is dropped; pip's exit status stays the pipeline's (pipefail), so a failed install stops make.
+PIP_QUIET := { grep -v '^WARNING: Location' || true; }
 # Debian's chromium for the browser test of the Airflow UI (Playwright drives it; no browser download).
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -26,6 +27,7 @@ $(RUNTIME_STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -r requirements.txt 2>&1 | $(PIP_QUIET)
 	$(BIN)/pip install -q --no-deps -e . 2>&1 | $(PIP_QUIET)
+	$(BIN)/python -c "import airflow, gpuflow"
 	touch $@
 
 # Then the development tools (requirements-dev.txt: pytest, ruff, uv, playwright, mkdocs).
