@@ -73,7 +73,7 @@ def test_a_redeploy_removes_only_gpuflows_own_stale_files(composer):
 
 
 def test_an_image_below_the_floor_is_refused_before_anything_changes(composer):
-    composer.image_version = "composer-3-airflow-3.1.8-build.3"
+    composer.image_version = "composer-3-airflow-3.1.7-build.11"  # below the floor, 3.1.8
     before = objects(composer)
     with pytest.raises(DeployRefused, match="--image-version composer-3-airflow-3.3.1-build.10"):
         deploy()
