@@ -73,7 +73,10 @@ def leftovers(run):
     found = list_run_resources(config, names, config.gcp_conn_id)
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-    found["objects"] = GCSHook(gcp_conn_id=config.gcp_conn_id).list(BUCKET, prefix=names.object_prefix + "/")
+    gcs = GCSHook(gcp_conn_id=config.gcp_conn_id)
+    # A run refused before its setup never creates the bucket: no bucket, no objects (listing it would be a 404).
+    bucket_exists = gcs.get_conn().bucket(BUCKET).exists()
+    found["objects"] = gcs.list(BUCKET, prefix=names.object_prefix + "/") if bucket_exists else []
     return found
 
 

@@ -196,7 +196,7 @@ def test_flex_mode_makes_the_worker_image_its_own_launcher(tmp_path):
 
 
 def test_preflight_compares_the_launch_environment_only_in_direct_mode():
-    from gpuflow.preflight.rules import launch_environment_matches_container
+    from gpuflow.preflight.environment_rules import launch_environment_matches_container
 
     drifted = ["beam_version=2.60.0", "container.recipe=l4"]
     assert [f.field for f in launch_environment_matches_container(gcp_test_config(*drifted))] == ["beam_version"]

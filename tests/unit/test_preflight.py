@@ -1,12 +1,10 @@
 import re
-import sys
-from importlib import metadata
 
 import pytest
 
 from gpuflow.config_loading import load_config
 from gpuflow.preflight import format_findings, has_errors, run_preflight
-from gpuflow.preflight.rules import CONFIG_RULES, launch_environment_matches_container
+from gpuflow.preflight.rules import CONFIG_RULES
 
 
 def findings_for(*overrides):
@@ -42,19 +40,6 @@ def test_each_rule_reports_its_field_and_fix(overrides, field, level, fix_words)
     assert fix_words in found[0].fix
 
 
-def test_python_mismatch_names_the_unknown_opcode_symptom():
-    other = "3.9" if sys.version_info[:2] != (3, 9) else "3.10"
-    found = list(launch_environment_matches_container(load_config(None, overrides=[f"python_version={other}"])))
-    assert [f.field for f in found] == ["python_version"]
-    assert "unknown opcode" in found[0].problem
-
-
-def test_beam_mismatch_is_an_error_with_the_installed_version_in_the_fix():
-    found = list(launch_environment_matches_container(load_config(None, overrides=["beam_version=2.40.0"])))
-    assert [f.field for f in found] == ["beam_version"]
-    assert metadata.version("apache-beam") in found[0].fix
-
-
 def test_emulator_rule_fails_when_nothing_answers():
     config = load_config(None, overrides=["local.pubsub_emulator_host=localhost:1", "local.storage_emulator_host=http://localhost:1"])
     findings = run_preflight(config)
@@ -67,20 +52,13 @@ def test_every_rule_is_registered_once():
     assert len(CONFIG_RULES) == len(set(CONFIG_RULES))
 
 
-def test_gcp_profile_needs_a_real_project_and_a_readable_connection(monkeypatch):
-    from gpuflow.preflight.rules import gcp_connection_defined, gcp_project_is_real
+def test_gcp_profile_needs_a_real_project():
+    from gpuflow.preflight.rules import gcp_project_is_real
 
     placeholder = load_config("configs/gcp.example.yaml")
     found = list(gcp_project_is_real(placeholder))
     assert [(f.field, f.level) for f in found] == [("project", "error")]
     assert not list(gcp_project_is_real(load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod"])))
-
-    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_CONN", raising=False)
-    missing = list(gcp_connection_defined(load_config(None, overrides=["profile=gcp", "gcp_conn_id=no_such_conn"])))
-    assert [(f.field, f.level) for f in missing] == [("gcp_conn_id", "error")]
-    assert "export AIRFLOW_CONN_NO_SUCH_CONN=" in missing[0].fix  # outside a task (tests/integration/test_connection_fix.py)
-    monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_CONN", '{"conn_type": "google_cloud_platform"}')
-    assert not list(gcp_connection_defined(load_config(None, overrides=["profile=gcp", "gcp_conn_id=no_such_conn"])))
 
 
 def test_the_demo_model_is_refused_on_gcp_for_inference_only():
@@ -89,22 +67,6 @@ def test_the_demo_model_is_refused_on_gcp_for_inference_only():
     assert [(f.field, f.fix) for f in inference] == [
         ("model.name", "set model.name to a Hugging Face hub model, e.g. google/flan-t5-small")]
     assert not [f for f in run_preflight(config, check_environment=False, workflow="dataproc") if f.level == "error"]
-
-
-@pytest.mark.parametrize(("package", "installed", "fails"), [
-    ("apache-airflow", "3.3.1+composer", False), ("apache-airflow", "3.1.8+composer", False),
-    ("apache-airflow", "3.1.7", True), ("apache-airflow-providers-google", "22.2.0", False),
-    ("apache-airflow-providers-google", "22.1.0", True), ("apache-airflow-providers-apache-beam", "6.2.1", True),
-])
-def test_airflow_and_providers_below_the_composer_floor_fail_with_the_upgrade(monkeypatch, package, installed, fails):
-    from gpuflow.preflight.rules import airflow_at_floor
-
-    real = metadata.version
-    monkeypatch.setattr(metadata, "version", lambda name: installed if name == package else real(name))
-    findings = list(airflow_at_floor(load_config(None)))
-    assert bool(findings) == fails
-    if fails:
-        assert package in findings[0].problem and "--image-version composer-3-airflow-3.3.1-build" in findings[0].fix
 
 
 @pytest.mark.parametrize(("account", "fails"), [
