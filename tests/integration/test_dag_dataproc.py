@@ -64,9 +64,15 @@ class FakeBatchController:
 
 @pytest.fixture
 def gcp_dataproc(emulators, monkeypatch):
-    """The Dataproc client faked; GCS (staging, driver output) is the real emulator."""
+    """The Dataproc client faked; GCS (staging, driver output) is the real emulator. Preflight's reads of the project
+    (Compute Engine's zones, Service Usage, IAM, organization policies) get the fake Google Cloud's answers: nothing
+    here may reach Google."""
     from airflow.providers.google.cloud.hooks.dataproc import DataprocAsyncHook, DataprocHook
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    from tests.gcp_fakes import FakeGoogleCloud
+
+    FakeGoogleCloud().install(monkeypatch)
 
     gcs = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
     if not gcs.get_conn().bucket(BUCKET).exists():

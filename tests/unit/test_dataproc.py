@@ -11,12 +11,22 @@ from gpuflow.troubleshoot import classify
 EXAMPLE = "configs/dataproc.example.yaml"
 
 
-def findings(*overrides):
-    return run_preflight(load_config(EXAMPLE, overrides=list(overrides)), check_environment=False)
+def findings(*overrides, workflow="dataproc"):
+    return run_preflight(load_config(EXAMPLE, overrides=list(overrides)), check_environment=False, workflow=workflow)
 
 
 def test_the_example_is_a_valid_l4_batch():
     assert [f for f in findings() if f.level in ("error", "warning")] == []
+
+
+def test_the_batchs_preflight_says_nothing_of_dataflow():
+    """No Dataflow worker runs: the SDK processes' model copies, the container's CUDA line and require_gpu are
+    Dataflow's, and the Dataproc batch's preflight leaves them out (the inference workflow's does not)."""
+    dataflow_fields = ("gpu.", "container.", "require_gpu", "model.", "inference.", "dataflow")
+    on_gcp = ("profile=gcp", "project=acme-ml-prod")
+    assert [f for f in findings(*on_gcp) if f.field.startswith(dataflow_fields)] == []
+    assert [f for f in findings(*on_gcp, workflow="inference") if f.field.startswith(dataflow_fields)] != []
+    assert {f.field for f in findings(*on_gcp, "dataproc.executor_instances=1")} == {"dataproc.executor_instances"}
 
 
 CASES = [

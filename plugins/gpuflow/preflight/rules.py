@@ -198,6 +198,14 @@ WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
     "maintenance": [],
 }
 
+#: Workflows that start no Dataflow job, whose configuration rules are their own: the teardown and the janitor start
+#: no job at all, and the Dataproc batch loads no model on Dataflow workers, so Dataflow's GPU, image and model rules
+#: (the SDK processes' model copies, the container's CUDA line) would only mislead there.
+OWN_CONFIG_RULES: dict[str, list[Rule]] = {
+    "maintenance": [gcp_project_is_real],
+    "dataproc": [gcp_project_is_real, dataproc_findings],
+}
+
 #: What each workflow needs of the machine it runs on.
 ENVIRONMENT_RULES: dict[str, list[Rule]] = {
     "inference": [airflow_at_floor, gcp_connection_defined, launch_environment_matches_container, emulators_answer,
@@ -225,12 +233,11 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
     Engine instead of reading the offline table. ``access`` (gcp, from the platform): the project's APIs, IAM,
     service account, policies and bucket are checked too (``access_rules``). ``gpu_pool`` (the pool's name and a
     reader, where Airflow's pools can be read: on Composer): the GPU tasks' pool must exist (``pool_rules``)."""
-    # The teardown and the janitor start no job: the configuration's job rules do not apply to them.
-    config_rules = [gcp_project_is_real] if workflow == "maintenance" else CONFIG_RULES
+    config_rules = OWN_CONFIG_RULES.get(workflow, CONFIG_RULES)
     rules = config_rules + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
     others = set().union(*(own for profile, own in PROFILE_RULES.items() if profile != config.profile))
     rules = [rule for rule in rules if rule not in others]
-    if not config.uses_gpu:  # CPU workers (gpu.type none): the CPU rules in place of the GPU ones
+    if not config.uses_gpu and config_rules is CONFIG_RULES:  # CPU workers: the CPU rules in place of the GPU ones
         rules = [rule for rule in rules if rule not in (*GPU_RULES, gcp_runs_on_gpu)] + CPU_RULES
     if zones_offering is not None:
         rules = [functools.partial(region_offers_gpu_now, zones_offering=zones_offering) if rule is region_offers_gpu
