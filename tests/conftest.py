@@ -156,6 +156,57 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.live)
 
 
+def _remote(host: str) -> bool:
+    """A host off this machine: neither a loopback name or address, nor this machine's own name."""
+    import ipaddress
+    import socket
+
+    host = host.strip("[]")
+    try:
+        return not (ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified)
+    except ValueError:
+        return host not in {"localhost", socket.gethostname(), socket.getfqdn()}
+
+
+@pytest.fixture(autouse=True)
+def nothing_reaches_google(monkeypatch):
+    """Every Google service a test talks to is an emulator or a fake: a test that reaches for a remote host (a gRPC
+    channel to *.googleapis.com, or a name lookup for the REST clients) fails, naming it, instead of waiting out the
+    client's retries on this offline machine. Subprocesses (emulators, Airflow services) are not watched."""
+    import socket
+
+    from google.api_core import grpc_helpers, grpc_helpers_async
+
+    reached: list[str] = []
+
+    def refuse(host: str) -> None:
+        reached.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, f"a test reached for {host}; fake it (tests/gcp_fakes)")
+
+    real_lookup = socket.getaddrinfo
+
+    def lookup(host, *args, **kwargs):
+        name = host.decode() if isinstance(host, bytes) else host
+        if name and _remote(name):
+            refuse(name)
+        return real_lookup(host, *args, **kwargs)
+
+    def guarded_channel(real):
+        def create_channel(target, *args, **kwargs):
+            host = str(target).removeprefix("dns:///").rsplit(":", 1)[0]
+            if _remote(host):
+                refuse(host)
+            return real(target, *args, **kwargs)
+
+        return create_channel
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(grpc_helpers, "create_channel", guarded_channel(grpc_helpers.create_channel))
+    monkeypatch.setattr(grpc_helpers_async, "create_channel", guarded_channel(grpc_helpers_async.create_channel))
+    yield
+    assert not reached, f"the test reached for {sorted(set(reached))}: fake the service (tests/gcp_fakes)"
+
+
 @pytest.fixture
 def gcp_env(emulators, monkeypatch):
     """The gcp profile's hooks on the emulators: an anonymous google_cloud_default, no metadata-server probes."""
