@@ -21,6 +21,13 @@ from gpuflow.gpu_options import (
 from gpuflow.preflight.findings import Finding, error, info, warning
 
 
+def _sizes(config: GpuflowConfig) -> tuple[catalog.GpuType | None, catalog.MachineSpec | None, float | None,
+                                          float | None]:
+    """The GPU, the worker's machine type, one model copy's memory (GB) and its share of the GPU (None: unknown)."""
+    return (catalog.gpu_type(config.gpu.type), catalog.machine_spec(config.gpu.machine_type),
+            model_memory_gb(config), model_gpu_share(config))
+
+
 def dtype_for_gpu(config: GpuflowConfig) -> Iterator[Finding]:
     gpu = catalog.gpu_type(config.gpu.type)
     if gpu is None or gpu.bf16:
@@ -54,11 +61,8 @@ def _kv_cache_counted(config: GpuflowConfig) -> Iterator[Finding]:
 def model_memory_fits(config: GpuflowConfig) -> Iterator[Finding]:
     """The copy must fit the GPU and the worker; how copies share the GPU is gpu_request_and_sharing's."""
 
-    gpu = catalog.gpu_type(config.gpu.type)
-    machine = catalog.machine_spec(config.gpu.machine_type)
+    gpu, machine, needed_gb, share = _sizes(config)
     parameters_m = model_parameters_m(config)
-    needed_gb = model_memory_gb(config)
-    share = model_gpu_share(config)
     if parameters_m is None or needed_gb is None:
         yield warning("model.parameters_m", f"the catalog does not know the size of {config.model.name}",
                       "set model.parameters_m so preflight can check GPU and worker memory")
@@ -88,9 +92,7 @@ def model_copies_need_their_sharing(config: GpuflowConfig) -> Iterator[Finding]:
 def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
     """How the GPU is asked for and shared; explains the choice with the memory numbers (the guides' advice)."""
 
-    machine = catalog.machine_spec(config.gpu.machine_type)
-    gpu = catalog.gpu_type(config.gpu.type)
-    share, needed_gb = model_gpu_share(config), model_memory_gb(config)
+    gpu, machine, needed_gb, share = _sizes(config)
     sharing = effective_sharing(config)
     hand_written = [o for o in config.dataflow_service_options if o.startswith(PREFIX)]
     if config.gpu.request == "resource_hint" and hand_written:
@@ -136,7 +138,7 @@ def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
 def _every_copy_fits(config: GpuflowConfig, sharing: str) -> Iterator[Finding]:
     """Processes x copies x one copy's memory must fit one GPU, in every sharing mode (auto picks a layout that
     does; one copy too large for the GPU is model_memory_fits's error)."""
-    gpu, share, needed_gb = catalog.gpu_type(config.gpu.type), model_gpu_share(config), model_memory_gb(config)
+    gpu, _, needed_gb, share = _sizes(config)
     copies = resident_copies(config, sharing)
     if gpu is None or share is None or needed_gb is None or copies is None or share > 1 or share * copies <= 1:
         return
