@@ -279,10 +279,3 @@ def create_calls(monkeypatch):
         "process", local_jobs.spawn_logged, lambda a, k: str(a[1]),
         lambda a, k: json_module.loads(a[2].get(LABELS_VARIABLE, "{}"))))
     return calls
-
-
-def assert_all_labelled(calls, names) -> None:
-    """Each create call carries the run's labels (gpuflow-run, and gpuflow-deployment for a deployment's)."""
-    assert calls, "no create call was recorded"
-    unlabelled = [(kind, name, labels) for kind, name, labels in calls if labels != names.labels]
-    assert unlabelled == [], unlabelled

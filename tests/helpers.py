@@ -77,3 +77,10 @@ def _dag_forms() -> tuple:
 
 
 _FORMS = None
+
+
+def assert_all_labelled(calls, names) -> None:
+    """Each create call carries the run's labels (gpuflow-run, and gpuflow-deployment for a deployment's)."""
+    assert calls, "no create call was recorded"
+    unlabelled = [(kind, name, labels) for kind, name, labels in calls if labels != names.labels]
+    assert unlabelled == [], unlabelled

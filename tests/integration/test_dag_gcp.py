@@ -128,7 +128,7 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
 
     # Nothing gpuflow makes goes unlabelled: bucket, topics and subscriptions (through the provider's hooks), the
     # Vertex AI job, both Dataflow jobs (their launch requests), and the build's tags.
-    from tests.conftest import assert_all_labelled
+    from tests.helpers import assert_all_labelled
 
     names = resource_names(load_config(None, overrides=[f"project={PROJECT}"]), prefix)
     assert {"topic", "subscription"} <= {kind for kind, _, _ in create_calls}  # (the configured bucket exists)

@@ -54,7 +54,7 @@ def state_dict_events(run_id: str) -> list[dict]:
 
 
 def test_two_runs_in_a_row_both_succeed_and_leave_nothing(dag, local_config, emulators, create_calls):
-    from tests.conftest import assert_all_labelled
+    from tests.helpers import assert_all_labelled
 
     for _ in range(2):
         create_calls.clear()
