@@ -84,7 +84,7 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y -q chromium > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
 
-test: venv lint docs browser ## everything: lint, the docs site, then every test (unit, integration, live); about 21 minutes
+test: venv lint docs browser ## everything: lint, the docs site, then every test (unit, integration, live); 21 to 24 minutes
 	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 # Cloud Composer's lines that gpuflow runs on (plugins/gpuflow/catalog/composer.yaml, tested_lines; a test keeps the
