@@ -6,6 +6,7 @@ shared helpers live in tests/helpers.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -156,16 +157,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.live)
 
 
+@functools.cache
 def _remote(host: str) -> bool:
-    """A host off this machine: neither a loopback name or address, nor this machine's own name."""
+    """A host off this machine: neither a loopback name or address, nor this machine's own name. Cached: every
+    lookup in a test asks, and this machine's full name (getfqdn) is itself a lookup."""
     import ipaddress
     import socket
 
     host = host.strip("[]")
     try:
-        return not (ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified)
+        address = ipaddress.ip_address(host)
     except ValueError:
         return host not in {"localhost", socket.gethostname(), socket.getfqdn()}
+    return not (address.is_loopback or address.is_unspecified)
 
 
 @pytest.fixture(autouse=True)
