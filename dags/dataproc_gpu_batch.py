@@ -18,7 +18,7 @@ from gpuflow.trigger_form import FormLayout, attach_trigger_form
 
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
 FORM = FormLayout("configs/dataproc.example.yaml",
-                  run_fields=("profile", "project", "region", "bucket", "dataproc.accelerator",
+                  run_fields=("region", "dataproc.accelerator",
                               "dataproc.executor_instances"),
                   sections=("Dataproc batch",))
 

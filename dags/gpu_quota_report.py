@@ -16,7 +16,7 @@ from gpuflow.trigger_form import FormLayout, attach_trigger_form
 
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
 FORM = FormLayout("configs/local.yaml",
-                  run_fields=("profile", "project", "region", "gpu.type", "gpu.count", "worker.max_num_workers"),
+                  run_fields=("region", "gpu.type", "gpu.count", "worker.max_num_workers"),
                   sections=("GPU",))
 
 with DAG(

@@ -16,8 +16,8 @@ from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import FormLayout, attach_trigger_form
 
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
-FORM = FormLayout("configs/local.yaml", run_fields=("profile", "project", "region", "bucket", "janitor.dry_run"),
-                  sections=("Dataflow workers", "Local profile"))
+FORM = FormLayout("configs/local.yaml", run_fields=("region", "janitor.dry_run"),
+                  sections=("Dataflow workers",))
 
 with DAG(
     dag_id="gpuflow_janitor",

@@ -37,10 +37,10 @@ DAG_ID = "llm_batch_inference"
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
 FORM = FormLayout(
     "configs/local.yaml",
-    run_fields=("profile", "project", "region", "bucket", "batch.input", "batch.output", "model.name", "gpu.type",
+    run_fields=("region", "batch.input", "batch.output", "model.name", "gpu.type",
                 "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
     sections=("Batch", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching",
-              "Smoke test", "Local profile"),
+              "Smoke test"),
 )
 SETTINGS = form_values(FORM)  # the configuration file's values (YAML only: cheap to parse)
 

@@ -28,10 +28,10 @@ from gpuflow.trigger_form import FormLayout, attach_trigger_form
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
 FORM = FormLayout(
     "configs/local.yaml",
-    run_fields=("profile", "project", "region", "bucket", "deployment.mode", "deployment.name", "model.name",
+    run_fields=("region", "deployment.mode", "deployment.name", "model.name",
                 "gpu.type", "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
     sections=("Deployment", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching",
-              "Smoke test", "Local profile"),
+              "Smoke test"),
 )
 
 with DAG(

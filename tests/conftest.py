@@ -36,6 +36,9 @@ sys.path.insert(0, str(BEAM_JOBS))
 
 # The test configuration: the local profile with its own state directory.
 TEST_STATE_DIR = Path(tempfile.mkdtemp(prefix="gpuflow-test-state-"))
+# The deployment's site folder of configuration files, this process's own: the files a run may name as config_file
+# (gpuflow.run_policy), and where each test writes what a run's conf may not set (tests.helpers.site_config).
+os.environ["GPUFLOW_SITE_DIR"] = str(TEST_STATE_DIR / "site")
 
 
 def _free_port() -> int:
@@ -50,13 +53,13 @@ def _free_port() -> int:
 def local_config():
     """The local profile on emulator ports of this session's own, so no other run's emulators are shared."""
     from gpuflow.config_loading import load_config
+    from tests.helpers import local_site_file, site_config
 
-    return load_config(None, overrides=[
-        f"local.state_dir={TEST_STATE_DIR}",
-        "smoke_test.timeout_s=240",
-        f"local.pubsub_emulator_host=localhost:{_free_port()}",
-        f"local.storage_emulator_host=http://localhost:{_free_port()}",
-    ])
+    site_config("local.yaml", **{
+        "local.state_dir": str(TEST_STATE_DIR), "smoke_test.timeout_s": 240,
+        "local.pubsub_emulator_host": f"localhost:{_free_port()}",
+        "local.storage_emulator_host": f"http://localhost:{_free_port()}"})
+    return load_config(local_site_file())
 
 
 @pytest.fixture(scope="session")

@@ -84,3 +84,30 @@ def assert_all_labelled(calls, names) -> None:
     assert calls, "no create call was recorded"
     unlabelled = [(kind, name, labels) for kind, name, labels in calls if labels != names.labels]
     assert unlabelled == [], unlabelled
+
+
+def site_config(name: str, base: str | Path = "configs/local.yaml", **values) -> str:
+    """Write ``name`` into the deployment's site folder ($GPUFLOW_SITE_DIR: a folder of each test process's own, set
+    by conftest.py): ``base``'s keys with ``values`` (dotted keys) over them; its path.
+
+    A run's conf may set knobs only (gpuflow.run_policy), so what a test needs beyond them (its emulators' ports, its
+    state folder, its bucket, its models) goes into a configuration file, as a deployment manager's would."""
+    import yaml
+
+    from gpuflow.config_loading import _set_dotted, resolve_config_path
+    from gpuflow.paths import site_dir
+
+    data = yaml.safe_load(resolve_config_path(base).read_text()) or {}
+    for dotted, value in values.items():
+        _set_dotted(data, dotted, value)
+    path = site_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def local_site_file() -> str:
+    """The local profile's test configuration (the ``local_config`` fixture writes it)."""
+    from gpuflow.paths import site_dir
+
+    return str(site_dir() / "local.yaml")

@@ -15,6 +15,16 @@ TEMPLATE_FIELDS = ("bucket", *DATE_FIELDS)
 PATH_KEYS = ("input", "output", "dead_letter_output")
 #: The answers folder's marker, written last: its presence says the folder holds one whole run's answers.
 SUCCESS_FILE = "_SUCCESS"
+#: What the names of the files gpuflow publishes into an answers or dead-letters folder start with (responses.jsonl,
+#: dead_letters.jsonl, _SUCCESS, summary.json): a rerun replaces these, and only these.
+OUTPUT_STEMS = ("responses", "dead_letters", SUCCESS_FILE, "summary")
+#: gpuflow's own prefix in a bucket (run folders, deployments' records and model versions, leases): no batch output
+#: may lie under it, since publishing replaces files there.
+GPUFLOW_PREFIX = "gpuflow/"
+
+
+def is_gpuflow_output(file_name: str) -> bool:
+    return file_name.startswith(OUTPUT_STEMS)
 
 
 def date_fields(context: Any) -> dict[str, str]:
@@ -47,6 +57,10 @@ def fill_batch_paths(config: GpuflowConfig, fields: dict[str, str]) -> GpuflowCo
             raise ConfigError(f"batch.{key} {template!r} needs {missing}, and this run has no logical date. Fix: "
                               "trigger the run with a logical date, or set batch.* to paths without dates.")
         filled[key] = template.format_map(known)
+    for key in ("output", "dead_letter_output"):
+        if config.bucket and filled[key].startswith(f"gs://{config.bucket}/{GPUFLOW_PREFIX}"):
+            raise ConfigError(f"batch.{key} {filled[key]!r} lies under gpuflow's own prefix (gs://{config.bucket}/"
+                              f"{GPUFLOW_PREFIX}: run folders, deployments, leases). Fix: pick another folder.")
     return config.model_copy(update={"batch": config.batch.model_copy(update=filled)})
 
 

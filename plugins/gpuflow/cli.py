@@ -196,14 +196,14 @@ def launch_command_text(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> 
     if config.launch.mode == "flex_template":
         _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
         return "\n".join([
-            f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {image}",
+            f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {shlex.quote(image)}",
             "# launch.mode flex_template: no command runs in Airflow. The launch task writes the template file",
             f"# {request.launch_parameter.container_spec_gcs_path} and sends this LaunchFlexTemplateRequest:",
             type(request).to_json(request),
             "",
         ])
     return "\n".join([
-        f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {image}",
+        f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {shlex.quote(image)}",
         "# 1. Beam's DataflowRunner writes the job request to GCS (drop --template_location to submit directly):",
         shlex.join(staging_command(config, names, "llm_inference.py", argv, image, job_name, streaming=True)),
         "# 2. start it (the launch task does this through the Dataflow Templates API):",

@@ -7,8 +7,10 @@ Nothing else in gpuflow reads environment variables for settings.
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from typing import Literal
+import string
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -29,8 +31,55 @@ class ConfigError(ValueError):
     """A configuration problem, phrased so that the message names the field and the fix."""
 
 
+#: Control characters (newline, escape, NUL…) make a value print as two shell lines or hide what a log shows: no
+#: configuration value needs one.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _no_control_characters(value: Any) -> Any:
+    for text in value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]:
+        if isinstance(text, str) and _CONTROL.search(text):
+            raise ValueError("must not hold control characters (a newline, a tab, an escape)")
+    return value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        return _no_control_characters(value)
+
+
+def _bucket_rule(name: str) -> str:
+    """Cloud Storage's bucket name requirements (cloud.google.com/storage/docs/naming-buckets, "Bucket name
+    requirements"): lowercase letters, digits, '-', '_' and '.'; a letter or digit first and last; 3-63 characters
+    (gpuflow takes none of the longer dotted names, up to 222, which need domain verification); not an IP address in
+    dotted-decimal notation; not starting with "goog"; not containing "google" (nor a close misspelling, which
+    gpuflow cannot list)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", name) or ".." in name:
+        raise ValueError("must be a GCS bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting and "
+                         "ending with a letter or digit")
+    try:
+        ipaddress.ip_address(name)
+        is_address = True
+    except ValueError:
+        is_address = False
+    if is_address or name.startswith("goog") or "google" in name:
+        raise ValueError("must not look like an IP address, start with 'goog' or contain 'google' (Cloud Storage "
+                         "refuses such names)")
+    return name
+
+
+#: Pub/Sub's rule for a topic or subscription id (the Topic and Subscription resources' "name" field in Pub/Sub's
+#: REST reference, cloud.google.com/pubsub/docs/reference/rest/v1/projects.topics): a letter first, then letters,
+#: digits, '-', '_', '.', '~', '+' or '%'; 3 to 255 characters; not starting with "goog".
+PUBSUB_ID = re.compile(r"[A-Za-z][A-Za-z0-9._~+%-]{2,254}")
+#: The longest prefix gpuflow puts before a base name: a deployment's ``gfd-<24 characters>-``; a local job
+#: subscription also gets ``-<10 hex>`` after it.
+PUBSUB_PREFIX_MAX = len("gfd-") + 24 + 1
+PUBSUB_SUFFIX_MAX = 11
 
 
 class ModelConfig(_Section):
@@ -63,12 +112,37 @@ class ModelConfig(_Section):
     )
 
 
+def no_dot_segments(path: str) -> str:
+    """A path with no '.' or '..' segment: a job would resolve them (a Vertex AI job's bucket mount, a local file
+    system) and write outside the folder the configuration names."""
+    if any(part in (".", "..") for part in path.removeprefix("gs://").split("/")):
+        raise ValueError("must not hold a '.' or '..' segment; write the folder's full path")
+    return path
+
+
+#: Compute Engine's region and zone names (cloud.google.com/compute/docs/regions-zones: "us-central1",
+#: "us-central1-a"): lowercase words joined by hyphens, a number last; a zone adds "-" and a letter.
+REGION = re.compile(r"[a-z]+(-[a-z]+)*[0-9]{1,2}")
+ZONE = re.compile(REGION.pattern + r"-[a-z]")
+
+
+def _matches(pattern: re.Pattern, what: str, value: str | None) -> str | None:
+    if value is not None and not pattern.fullmatch(value):
+        raise ValueError(f"must be a {what} name such as {'us-central1-a' if pattern is ZONE else 'us-central1'}")
+    return value
+
+
 class GpuFallback(_Section):
     """One alternative tried, in order, when the launch meets ZONE_RESOURCE_POOL_EXHAUSTED."""
 
     region: str | None = Field(None, description="Another region (keeps the GPU if empty).")
     type: str | None = Field(None, description="Another GPU type (keeps the region if empty).")
     machine_type: str | None = Field(None, description="The machine type that fits the fallback GPU.")
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str | None) -> str | None:
+        return _matches(REGION, "region", value)
 
 
 #: gpu.type for CPU workers: guide 002's own pipeline, which runs on CPU, on n2-highmem workers sized by its table.
@@ -106,6 +180,11 @@ class GpuConfig(_Section):
         ),
     )
     model_copies: int = Field(1, ge=1, le=16, description="With sharing: model_copies, RunInference's model copies.")
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        return _matches(ZONE, "zone", value or None)
 
 
 class WorkerConfig(_Section):
@@ -175,7 +254,7 @@ class ExportConfig(_Section):
             return None
         if not re.fullmatch(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[^/]+)+/?", value):
             raise ValueError("must be a gs://BUCKET/folder URI, e.g. gs://my-models/flan-t5-large")
-        return value.rstrip("/")
+        return no_dot_segments(value).rstrip("/")
 
 
 class LaunchConfig(_Section):
@@ -224,6 +303,17 @@ class PubSubConfig(_Section):
     responses_subscription: str = Field("responses-sub", description="Subscription the smoke test reads answers from.")
     dead_letter_topic: str = Field("dead-letters", description="Topic for prompts that got no answer, with the reason.")
     dead_letter_subscription: str = Field("dead-letters-sub", description="Subscription on the dead-letter topic.")
+
+    @field_validator("*")
+    @classmethod
+    def _pubsub_id(cls, value: str) -> str:
+        longest = PUBSUB_PREFIX_MAX + len(value) + PUBSUB_SUFFIX_MAX
+        if not PUBSUB_ID.fullmatch(value) or value.startswith("goog") or longest > 255:
+            raise ValueError(
+                f"must be a Pub/Sub id: a letter first, then letters, digits, '-', '_', '.', '~', '+' or '%', not "
+                f"starting with 'goog', and at most {255 - PUBSUB_PREFIX_MAX - PUBSUB_SUFFIX_MAX} characters (gpuflow "
+                "prefixes it with the run's or deployment's name; Pub/Sub allows 255 in all)")
+        return value
 
 
 class InferenceConfig(_Section):
@@ -351,6 +441,20 @@ class BatchConfig(_Section):
     input_poll_interval_s: float = Field(60, gt=0, description="Seconds between checks for the input.")
     job_timeout_s: float = Field(21600, gt=0, description="How long the batch job may run once started.")
 
+    @field_validator("input", "output", "dead_letter_output")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        """Only plain ``{field}`` names: a format spec or conversion (``{ds:>999999999}``) could make a path of any
+        size, so none is allowed. Which names are known is checked when a run fills them (``gpuflow.batch_paths``)."""
+        try:
+            parsed = list(string.Formatter().parse(value))
+        except ValueError as error:
+            raise ValueError(f"is not a valid path template ({error}); write fields as {{ds}}") from None
+        if any(spec or conversion or (name is not None and not name.isidentifier())
+               for _, name, spec, conversion in parsed):
+            raise ValueError("may name fields only as plain {name}, without a format or conversion (e.g. {ds})")
+        return no_dot_segments(value)
+
     @field_validator("output", "dead_letter_output")
     @classmethod
     def _folder(cls, value: str) -> str:
@@ -383,6 +487,29 @@ class DeploymentConfig(_Section):
             raise ValueError("must be 2-24 lowercase letters, digits or hyphens, starting with a letter and not "
                              "ending with a hyphen (it prefixes topic and Dataflow job names)")
         return value
+
+
+class AllowedConfig(_Section):
+    """What a run may choose beyond its knobs. Only the configuration file sets these (the deployment manager's, or
+    the DAG author's): a run's conf cannot (docs/security.md)."""
+
+    models: list[str] = Field(default_factory=list, description=(
+        "Models a run may pick as model.name, besides the file's own model.name and gpuflow's offline demo models: "
+        "hub names or local directories."))
+    images: list[str] = Field(default_factory=list, description=(
+        "Prefixes of worker images a run may pick as container.image (e.g. us-central1-docker.pkg.dev/P/gpuflow/). "
+        "Empty: a run builds the image from the recipe and picks none."))
+    gcs_prefixes: list[str] = Field(default_factory=list, description=(
+        "gs:// folders, besides gs://BUCKET/ of bucket, under which a run may point batch.* and export.model_dir."))
+
+    @field_validator("gcs_prefixes")
+    @classmethod
+    def _gcs_folders(cls, value: list[str]) -> list[str]:
+        for prefix in value:
+            if not re.fullmatch(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[^/]+)*/?", prefix):
+                raise ValueError(f"{prefix!r} must be a gs://BUCKET/ or gs://BUCKET/folder/ URI")
+            no_dot_segments(prefix)
+        return [prefix if prefix.endswith("/") else prefix + "/" for prefix in value]
 
 
 class JanitorConfig(_Section):
@@ -439,6 +566,7 @@ class GpuflowConfig(_Section):
     batch: BatchConfig = BatchConfig()
     deployment: DeploymentConfig = DeploymentConfig()
     janitor: JanitorConfig = JanitorConfig()
+    allowed: AllowedConfig = AllowedConfig()
     dataproc: DataprocConfig | None = Field(None, description="A Dataproc Serverless GPU batch (optional).")
 
     @property
@@ -473,7 +601,9 @@ class GpuflowConfig(_Section):
     def _bucket_name(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        value = value.removeprefix("gs://").rstrip("/")
-        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", value):
-            raise ValueError("must be a GCS bucket name: 3-63 lowercase letters, digits, '-', '_' or '.'")
-        return value
+        return _bucket_rule(value.removeprefix("gs://").rstrip("/"))
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        return _matches(REGION, "region", value)

@@ -48,6 +48,9 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
         field = ".".join(str(part) for part in item["loc"]) or "(root)"
         if item["type"] == "extra_forbidden":
             lines.append(f"  {field}: unknown key. Fix: remove it or check its spelling against docs/configuration.md.")
+        elif item["type"] == "string_type" and item.get("input") in (None, ""):
+            lines.append(f"  {field}: must not be empty. Fix: set {field} to a value, or leave the key out for "
+                         "its default.")
         else:
             lines.append(f"  {field}: {item['msg']}. Fix: set {field} to a valid value.")
     return "\n".join(lines)
@@ -60,10 +63,7 @@ def load_config(
 ) -> GpuflowConfig:
     """Build and validate the configuration: file, then non-empty DAG params, then ``--set`` overrides."""
     path = resolve_config_path(config_file)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist. Fix: pass --config with an existing file.") from None
+    raw = read_config_file(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys, not {type(raw).__name__}.")
     merged = copy.deepcopy(raw)
@@ -78,6 +78,28 @@ def load_config(
         return GpuflowConfig.model_validate(merged)
     except ValidationError as error:
         raise ConfigError(_format_validation_error(error, str(path))) from None
+
+
+def read_config_file(path: Path) -> Any:
+    """The file's YAML (or JSON). Every error names the file and, for a syntax error, the line and column, and never
+    shows the file's text: a message can reach a task log that people who may not read the file can read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist. Fix: pass --config with an existing file.") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text. Fix: save it as UTF-8 YAML.") from None
+    except OSError as error:
+        raise ConfigError(f"config file {path} cannot be read ({error.strerror or type(error).__name__}). Fix: "
+                          "pass --config with a readable YAML file.") from None
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}. Fix: correct the file there (a YAML "
+                          "linter, or `python -c 'import yaml,sys; yaml.safe_load(open(sys.argv[1]))' FILE`, "
+                          "names the problem).") from None
 
 
 def config_from_json(data: dict[str, Any] | str) -> GpuflowConfig:

@@ -7,25 +7,35 @@ with the NVIDIA volumes mounted and the entrypoint replaced by a shell.
 
 from __future__ import annotations
 
+import shlex
+
 from gpuflow.config import GpuflowConfig
 
 
 def debug_vm_commands(config: GpuflowConfig, image: str, vm_name: str = "gpuflow-debug-vm") -> str:
-    zone = config.gpu.zone or f"{config.region}-a"
-    registry = image.split("/", 1)[0] if "/" in image else "gcr.io"
+    """The lines to paste, every value from the configuration shell-quoted (``shlex.quote``): a value holding ``;``
+    or a space stays one argument. Control characters never get here: the configuration model refuses them."""
+    if any(ord(character) < 32 or ord(character) == 127 for character in image + vm_name):
+        raise ValueError("the image and the VM name must not hold control characters")
+    q = shlex.quote
+    zone = q(config.gpu.zone or f"{config.region}-a")
+    registry = q(image.split("/", 1)[0] if "/" in image else "gcr.io")
+    gpu_type, machine_type, project, region = (q(config.gpu.type), q(config.gpu.machine_type), q(config.project),
+                                               q(config.region))
+    vm_name, image = q(vm_name), q(image)
     return f"""\
-# 1. A Container-Optimized OS VM with the same accelerator as the workers ({config.gpu.count} x {config.gpu.type}).
-#    {"" if config.gpu.zone else f"Zone {zone} is a guess: pick a zone of {config.region} that offers {config.gpu.type}."}
+# 1. A Container-Optimized OS VM with the same accelerator as the workers ({config.gpu.count} x {gpu_type}).
+#    {"" if config.gpu.zone else f"Zone {zone} is a guess: pick a zone of {region} that offers {gpu_type}."}
 gcloud compute instances create {vm_name} \\
-    --project={config.project} --zone={zone} \\
-    --machine-type={config.gpu.machine_type} \\
-    --accelerator=type={config.gpu.type},count={config.gpu.count} \\
+    --project={project} --zone={zone} \\
+    --machine-type={machine_type} \\
+    --accelerator=type={gpu_type},count={config.gpu.count} \\
     --maintenance-policy=TERMINATE --restart-on-failure \\
     --image-project=cos-cloud --image-family=cos-stable \\
     --boot-disk-size={max(config.worker.disk_size_gb, 50)}GB --scopes=cloud-platform
 
 # 2. On the VM: install the NVIDIA driver and check that it sees the GPU.
-gcloud compute ssh {vm_name} --project={config.project} --zone={zone}
+gcloud compute ssh {vm_name} --project={project} --zone={zone}
 sudo cos-extensions install gpu
 sudo mount --bind /var/lib/nvidia /var/lib/nvidia
 sudo mount -o remount,exec /var/lib/nvidia
@@ -46,5 +56,5 @@ python -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda
 python -c "import apache_beam; print(apache_beam.__version__)"; python --version
 
 # 5. Delete the VM when done: it bills by the second.
-gcloud compute instances delete {vm_name} --project={config.project} --zone={zone} --quiet
+gcloud compute instances delete {vm_name} --project={project} --zone={zone} --quiet
 """

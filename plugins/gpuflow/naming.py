@@ -10,6 +10,7 @@ knows gpuflow's resources by these prefixes (and the labels of the same names).
 from __future__ import annotations
 
 import hashlib
+import re
 
 from pydantic import BaseModel
 
@@ -56,7 +57,7 @@ class ResourceNames(BaseModel):
     def labels(self) -> dict[str, str]:
         """The labels by which the janitor knows a job, topic or subscription: the run that made it, and its
         deployment if any (the names carry the same prefixes)."""
-        return {"gpuflow-run": self.prefix, **({"gpuflow-deployment": self.deployment} if self.deployment else {})}
+        return {"gpuflow-run": self.prefix, **({DEPLOYMENT_LABEL: self.deployment} if self.deployment else {})}
 
     @property
     def owns_job_subscription(self) -> bool:
@@ -95,6 +96,22 @@ def deployment_name(config: GpuflowConfig) -> str:
 
 def deployment_prefix(name: str) -> str:
     return f"gfd-{name}"
+
+
+#: The label that names the deployment a job, topic or subscription serves (``ResourceNames.labels``).
+DEPLOYMENT_LABEL = "gpuflow-deployment"
+
+
+def owned_by_deployment(config: GpuflowConfig, name: str, kind: str, resource: str) -> bool:
+    """Whether ``resource`` (a topic or a subscription) bears one of deployment ``name``'s own names: its three
+    topics, and its job's prompts subscription (on the local profile, each job's own: that name, a hyphen and the
+    run's 10 hex digits)."""
+    serving, pubsub = deployment_prefix(name), config.pubsub
+    if kind == "topics":
+        return resource in {f"{serving}-{pubsub.prompts_topic}", f"{serving}-{pubsub.responses_topic}",
+                            f"{serving}-{pubsub.dead_letter_topic}"}
+    subscription = f"{serving}-{pubsub.prompts_subscription}"
+    return resource == subscription or bool(re.fullmatch(re.escape(subscription) + "-[0-9a-f]{10}", resource))
 
 
 #: Where in the bucket every deployment has its folder.

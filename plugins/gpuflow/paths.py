@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -21,13 +22,22 @@ def project_path(relative: str) -> Path:
 #: the DAGs whose default is configs/local.yaml read it instead. No repository file lies there, so a redeploy never
 #: overwrites it.
 SITE_CONFIG = "site/gpuflow.yaml"
+#: The environment variable that moves the deployment's site folder elsewhere: the Airflow deployment's environment,
+#: which its deployment manager sets and no run can (docs/security.md).
+SITE_DIR_VARIABLE = "GPUFLOW_SITE_DIR"
+
+
+def site_dir() -> Path:
+    """The deployment's folder of configuration files: $GPUFLOW_SITE_DIR, else site/ (data/site/ on Composer)."""
+    configured = os.environ.get(SITE_DIR_VARIABLE)
+    return Path(configured) if configured else project_path("site")
 
 
 def default_config_file(dag_default: str) -> str:
     """The configuration a DAG reads by default: the deployment's own where there is one (for DAGs that default to
     the local profile's file), else the DAG's."""
-    if dag_default == "configs/local.yaml" and project_path(SITE_CONFIG).exists():
-        return SITE_CONFIG
+    if dag_default == "configs/local.yaml" and (site_dir() / "gpuflow.yaml").exists():
+        return str(site_dir() / "gpuflow.yaml") if os.environ.get(SITE_DIR_VARIABLE) else SITE_CONFIG
     return dag_default
 
 

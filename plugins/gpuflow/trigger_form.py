@@ -36,14 +36,11 @@ PARAMS_SCHEMA_FILE = Path(__file__).with_name("params_schema.json")
 
 #: Airflow's unfolded section: Params without a section of their own land there.
 RUN_SECTION = "Run Parameters"
-SETTINGS_SECTION = "Configuration file and connection"
+SETTINGS_SECTION = "Configuration file"
 
 #: Each field's short label; its description names the config key.
 LABELS = {
-    "profile": "Profile",
-    "project": "Google Cloud project",
     "region": "Region",
-    "bucket": "Bucket",
     "model.name": "Model",
     "model.max_new_tokens": "Max new tokens",
     "gpu.type": "GPU type",
@@ -57,7 +54,6 @@ LABELS = {
     "deployment.mode": "Deployment mode",
     "deployment.name": "Deployment name",
     "janitor.dry_run": "Dry run (list, delete nothing)",
-    "gcp_conn_id": "Google Cloud connection",
     "model.architecture": "Architecture",
     "model.dtype": "Inference dtype",
     "model.chat_template": "Chat template",
@@ -83,14 +79,10 @@ LABELS = {
     "smoke_test.num_prompts": "Prompts",
     "smoke_test.timeout_s": "Answer timeout (s)",
     "smoke_test.gpu_usage": "GPU usage check",
-    "local.state_dir": "State folder",
-    "local.pubsub_emulator_host": "Pub/Sub emulator",
-    "local.storage_emulator_host": "GCS emulator",
     "dataproc.runtime_version": "Runtime version",
     "dataproc.executor_cores": "Executor cores",
     "dataproc.executor_memory": "Executor memory (MB)",
     "dataproc.disk_size": "Disk (GB)",
-    "dataproc.main_python_file": "Main Python file",
     "dataproc.xgboost": "XGBoost",
     "deployment.rollout_timeout_s": "Rollout timeout (s)",
     "batch.dead_letter_output": "Dead-letter folder",
@@ -126,9 +118,8 @@ SECTIONS = {
         Section("Inference batching", ("inference.engine", "inference.max_batch_size",
                                        "inference.max_batch_duration_secs", "inference.group_by_length")),
         Section("Smoke test", ("smoke_test.num_prompts", "smoke_test.timeout_s", "smoke_test.gpu_usage")),
-        Section("Local profile", ("local.state_dir", "local.pubsub_emulator_host", "local.storage_emulator_host")),
         Section("Dataproc batch", ("dataproc.runtime_version", "dataproc.executor_cores", "dataproc.executor_memory",
-                                   "dataproc.disk_size", "dataproc.main_python_file", "dataproc.xgboost")),
+                                   "dataproc.disk_size", "dataproc.xgboost")),
         Section("Deployment", ("deployment.rollout_timeout_s",)),
         # batch.schedule and batch.catchup are the DAG's own, read when it is parsed: no run can change them.
         Section("Batch", ("batch.dead_letter_output", "batch.missing_input", "batch.input_wait_s",
@@ -161,6 +152,11 @@ def dag_form(dag: Any) -> FormLayout | None:
 def _field_schemas() -> dict[str, dict[str, Any]]:
     """Field schemas keyed by dotted config key."""
     return {schema["key"]: schema for schema in json.loads(PARAMS_SCHEMA_FILE.read_text()).values()}
+
+
+def field_schema(dotted: str) -> dict[str, Any] | None:
+    """The generated JSON schema of one config key (its type, choices, bounds, default); None for an unknown key."""
+    return _field_schemas().get(dotted)
 
 
 _MISSING = object()
@@ -231,7 +227,6 @@ def dag_params(layout: FormLayout) -> dict[str, Param]:
                     "another file's values, trigger with a conf that names config_file alone (REST API, or "
                     "`airflow dags trigger --conf`).",
     )
-    params["gcp_conn_id"] = _field_param("gcp_conn_id", values["gcp_conn_id"], section=SETTINGS_SECTION)
     return params
 
 

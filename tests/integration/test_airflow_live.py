@@ -25,10 +25,9 @@ def airflow_live(tmp_path_factory, emulators):
 
 
 def local_conf(local_config):
-    local = local_config.local
-    return {"local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
-            "local__storage_emulator_host": local.storage_emulator_host, "model__max_new_tokens": 8,
-            "smoke_test__num_prompts": 4}
+    from tests.helpers import local_site_file
+
+    return {"config_file": local_site_file(), "model__max_new_tokens": 8, "smoke_test__num_prompts": 4}
 
 
 def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jobs_start(airflow_live, local_config):
@@ -65,9 +64,9 @@ def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jo
 def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_config):
     airflow_live.wait_for_dag(DAG_ID)
     answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",
-                              json={"logical_date": None, "conf": {"gpu__count": "many", "profile": "laptop"}})
+                              json={"logical_date": None, "conf": {"gpu__count": "many", "deployment__mode": "x"}})
     assert answer.status_code == 400, answer.text
-    assert "gpu__count" in answer.text or "profile" in answer.text
+    assert "gpu__count" in answer.text or "deployment__mode" in answer.text
     # A folded section's field is typed as well: below its minimum, refused.
     answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",
                               json={"logical_date": None, "conf": {"smoke_test__num_prompts": 0}})
@@ -112,9 +111,10 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
     started = time.time()
     airflow_live.wait_for_dag(DAG_ID)
     params = dag_params(dag_forms()[DAG_ID])
-    local = local_config.local
-    local_fields = {"local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
-                    "local__storage_emulator_host": local.storage_emulator_host}
+    from tests.helpers import local_site_file
+
+    # This test's emulators and state folder are in the site's file: the form names it (a run may pick a file there).
+    local_fields = {"config_file": local_site_file()}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
@@ -145,22 +145,22 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
                 return dialog.locator(f"[data-scope=field][data-part=root][role=group]:has({anchors})").first
 
             # The per-run fields show a person's label, the config key in their help, and the value the run uses.
-            shown = {"profile": "local", "model__name": "gpuflow-demo", "model__max_new_tokens": "16",
+            shown = {"deployment__mode": "ephemeral", "model__name": "gpuflow-demo", "model__max_new_tokens": "16",
                      "gpu__type": "nvidia-l4", "gpu__machine_type": "g2-standard-4"}
             for key, value in shown.items():
                 assert field(key).locator("label").inner_text().strip().rstrip("*").strip() == params[key].schema["title"]
                 assert field(key).locator("[data-part=helper-text]").inner_text().strip() == params[key].description
-                if key != "profile":
+                if key != "deployment__mode":
                     assert control(key).input_value() == value, key
-            assert "local" in choice("profile").inner_text()
+            assert "ephemeral" in choice("deployment__mode").inner_text()
             # The sections start folded: their fields are not shown until a person opens them.
             assert not control("smoke_test__num_prompts").is_visible()
             frame_from_top(page, dialog, DOCS / "trigger-form.png")
             # An enum offers exactly its choices, no "null".
-            choice("profile").locator("[role=combobox]").click()
+            choice("deployment__mode").locator("[role=combobox]").click()
             offered = [option.inner_text().strip() for option in page.get_by_role("option").all()]
-            assert sorted(offered) == ["gcp", "local"], offered
-            page.get_by_role("option", name="local", exact=True).click()  # keeps the value, closes the menu
+            assert sorted(offered) == ["ephemeral", "persistent"], offered
+            page.get_by_role("option", name="ephemeral", exact=True).click()  # keeps the value, closes the menu
 
             control("model__max_new_tokens").fill("8")
             # One section is open at a time: unfolding one folds "Run Parameters" (its values stay).
@@ -180,7 +180,7 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
                            DOCS / "trigger-form-section.png")
             prompts.fill("4")
 
-            dialog.get_by_role("button", name="Local profile", exact=True).click()
+            dialog.get_by_role("button", name="Configuration file", exact=True).click()
             for key, value in local_fields.items():
                 typed = control(key)
                 typed.wait_for()
@@ -215,17 +215,20 @@ BATCH_DAG = "llm_batch_inference"
 
 @pytest.mark.slow
 def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred_tasks_free_their_slots(
-        airflow_live, local_config, tmp_path):
+        airflow_live, local_config):
     """A backfill (as `airflow backfill create` makes it) of two dates at once, twice, under the real scheduler
     (LocalExecutor, parallelism 2), dag-processor and triggerer. Every run succeeds at its first try: the deferred run_batch never
     races its own job (a job that kept the task's stdin held the task open until the job ended, the moment its
     trigger fired: apache/airflow#67287). The executor hears of each deferral at once, so its slot is free while
     the job runs, and it never reports a task finished that the scheduler has queued again."""
     import json
+    import tempfile
 
-    local = local_config.local
-    conf = {"local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
-            "local__storage_emulator_host": local.storage_emulator_host, "model__max_new_tokens": 4,
+    from tests.helpers import local_site_file
+
+    # Under local.state_dir: the only local folders a run's conf may point batch.* at (gpuflow.run_policy).
+    tmp_path = Path(tempfile.mkdtemp(prefix="backfill-", dir=local_config.local.state_dir))
+    conf = {"config_file": local_site_file(), "model__max_new_tokens": 4,
             "batch__input": f"{tmp_path}/prompts/{{ds}}/*.jsonl", "batch__output": f"{tmp_path}/answers/{{ds}}/",
             "batch__dead_letter_output": f"{tmp_path}/dead_letters/{{ds}}/", "batch__input_wait_s": 0}
     backfills = [["2026-03-01", "2026-03-02"], ["2026-03-03", "2026-03-04"]]  # two runs at once, as parallelism allows
@@ -247,7 +250,7 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
     freed_at = slots_freed_by_deferral(scheduler, "run_batch")
     assert len(freed_at) == 4, freed_at
     for run_id, freed in freed_at.items():
-        exit_file = Path(local.state_dir) / f"{run_prefix(BATCH_DAG, run_id)}-pipeline.log.exit"
+        exit_file = Path(local_config.local.state_dir) / f"{run_prefix(BATCH_DAG, run_id)}-pipeline.log.exit"
         job_ended = datetime.fromtimestamp(exit_file.stat().st_mtime, tz=UTC)
         assert freed < job_ended, (run_id, freed, job_ended)
 

@@ -24,8 +24,12 @@ def dag(airflow_db):
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    return tmp_path_factory.mktemp("batch")
+def folders(local_config):
+    """Under local.state_dir: the only local folders a run's conf may point batch.* at (gpuflow.run_policy)."""
+    import tempfile
+    from pathlib import Path
+
+    return Path(tempfile.mkdtemp(prefix="batch-", dir=local_config.local.state_dir))
 
 
 MODEL_BUCKET = "gpuflow-batch-models"
@@ -46,11 +50,11 @@ def kept_model(local_config, emulators):
 
 
 def run_conf(local_config, folders, **extra):
-    local = local_config.local
+    from tests.helpers import local_site_file, site_config
+
     return {
-        "local__state_dir": local.state_dir,
-        "local__pubsub_emulator_host": local.pubsub_emulator_host,
-        "local__storage_emulator_host": local.storage_emulator_host,
+        # export.model_dir on the model bucket: a prefix the site's file allows runs to name
+        "config_file": site_config("batch.yaml", local_site_file(), **{"allowed.gcs_prefixes": [f"gs://{MODEL_BUCKET}/"]}),
         "model__max_new_tokens": MAX_NEW_TOKENS,
         "batch__input": f"{folders}/prompts/{{ds}}/*.jsonl",
         "batch__output": f"{folders}/answers/{{ds}}/",

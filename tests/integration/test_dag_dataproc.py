@@ -31,7 +31,12 @@ def batch_result(run):
 
 
 def test_local_profile_runs_the_real_pyspark_job(airflow_db):
-    run = dataproc_dag().test(run_conf={"dataproc__args": ["--rows", "200000"]})
+    from tests.helpers import site_config
+
+    # The job's arguments are the site's: a run's conf may not pass arguments to code (gpuflow.run_policy).
+    config_file = site_config("dataproc-local.yaml", "configs/dataproc.example.yaml",
+                              **{"profile": "local", "dataproc.args": ["--rows", "200000"]})
+    run = dataproc_dag().test(run_conf={"config_file": config_file})
     assert run.state == DagRunState.SUCCESS, states(run)
     result = batch_result(run)
     assert result["joined_rows"] == 200000
@@ -95,8 +100,12 @@ def gcp_dataproc(emulators, monkeypatch):
 
 
 def gcp_conf():
-    return {"config_file": "configs/dataproc.example.yaml", "profile": "gcp", "project": "gpuflow-dataproc-test",
-            "bucket": BUCKET, "gcp_conn_id": LOCAL_CONN_ID, "dataproc__poll_interval_s": 0.1}
+    """The profile, project, bucket and connection are the site's; the poll interval is a knob of the run's."""
+    from tests.helpers import site_config
+
+    return {"config_file": site_config("dataproc-gcp.yaml", "configs/dataproc.example.yaml", profile="gcp",
+                                       project="gpuflow-dataproc-test", bucket=BUCKET, gcp_conn_id=LOCAL_CONN_ID),
+            "dataproc__poll_interval_s": 0.1}
 
 
 def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db, gcp_dataproc):

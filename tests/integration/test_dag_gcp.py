@@ -27,16 +27,15 @@ from tests.gcp_fakes import (
     FakeVertex,
     FakeWorkers,
 )
-from tests.helpers import GCP_TEST_PROJECT, dag_bag
+from tests.helpers import GCP_TEST_PROJECT, dag_bag, site_config
 
 DAG_ID = "llm_streaming_inference"
 PROJECT = GCP_TEST_PROJECT
 BUCKET = "gpuflow-gcp-test-bucket"
 CONF = {
-    "config_file": "configs/gcp.example.yaml",
-    "project": PROJECT,
-    "bucket": BUCKET,
-    "model__name": "google/flan-t5-small",
+    # The project, bucket and model are the site's (a run's conf may set knobs only: gpuflow.run_policy).
+    "config_file": site_config("gcp.yaml", "configs/gcp.example.yaml", project=PROJECT, bucket=BUCKET,
+                               **{"model.name": "google/flan-t5-small"}),
     "model__max_new_tokens": 8,
     "require_gpu": False,  # the DirectRunner "workers" of the fake Dataflow run on this CPU
     "dataflow__poll_interval_s": 0.05,
@@ -152,7 +151,8 @@ def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(dag, cloud):
 
 def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(dag, cloud):
     cloud.dataflow.scripts = [BATCH_SUCCEEDS, ZONE_EXHAUSTED, STREAMING_STARTS]
-    conf = {**CONF, "gpu__fallbacks": [{"region": "us-east4"}]}
+    conf = {**CONF, "config_file": site_config("gcp-fallback.yaml", CONF["config_file"],
+                                               **{"gpu.fallbacks": [{"region": "us-east4"}]})}
     run = dag.test(run_conf=conf)
     assert run.state == DagRunState.SUCCESS, task_states(run)
     prefix = run_prefix(DAG_ID, run.run_id)

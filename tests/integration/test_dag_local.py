@@ -17,14 +17,9 @@ def dag(airflow_db):
 
 
 def run_conf(local_config, **extra):
-    local = local_config.local
-    return {
-        "local__state_dir": local.state_dir,
-        "local__pubsub_emulator_host": local.pubsub_emulator_host,
-        "local__storage_emulator_host": local.storage_emulator_host,
-        "model__max_new_tokens": 8,
-        **extra,
-    }
+    from tests.helpers import local_site_file
+
+    return {"config_file": local_site_file(), "model__max_new_tokens": 8, **extra}
 
 
 def task_states(run):

@@ -36,13 +36,15 @@ def dags(airflow_db):
 
 
 def conf(local_config, model_dir: Path, **extra) -> dict:
-    local = local_config.local
+    """A deployment's run: its bucket and model in the site's configuration file, the knobs in the conf."""
+    from tests.helpers import local_site_file, site_config
+
     return {
-        "local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
-        "local__storage_emulator_host": local.storage_emulator_host,
-        "bucket": BUCKET, "deployment__mode": "persistent", "deployment__name": DEPLOYMENT,
+        "config_file": site_config("deployment.yaml", local_site_file(), bucket=BUCKET,
+                                   **{"model.name": str(model_dir)}),
+        "deployment__mode": "persistent", "deployment__name": DEPLOYMENT,
         "deployment__refresh_interval_s": 1, "deployment__rollout_timeout_s": 90,
-        "model__name": str(model_dir), "model__max_new_tokens": 6, "inference__max_batch_size": 16,
+        "model__max_new_tokens": 6, "inference__max_batch_size": 16,
         **extra,
     }
 
@@ -116,9 +118,9 @@ class Traffic:
 
 
 def local_conf(local_config, **extra) -> dict:
-    local = local_config.local
-    return {"local__state_dir": local.state_dir, "local__pubsub_emulator_host": local.pubsub_emulator_host,
-            "local__storage_emulator_host": local.storage_emulator_host, "model__max_new_tokens": 4, **extra}
+    from tests.helpers import local_site_file
+
+    return {"config_file": local_site_file(), "model__max_new_tokens": 4, **extra}
 
 
 def kill_a_run_mid_launch(local_config, state_dir: Path) -> str:
@@ -207,7 +209,9 @@ def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config,
     assert run_prefix(lease["dag_id"], lease["run_id"]) == killed.prefix
     delete_dag_run(lease["run_id"])
 
-    janitor_conf = {**local_conf(local_config), "bucket": BUCKET}
+    from tests.helpers import local_site_file, site_config
+
+    janitor_conf = {"config_file": site_config("janitor.yaml", local_site_file(), bucket=BUCKET)}
     dry = janitor.test(run_conf={**janitor_conf, "janitor__dry_run": True})
     assert dry.state == DagRunState.SUCCESS
     listed = dry.get_task_instance("janitor").xcom_pull(task_ids="janitor")

@@ -24,14 +24,19 @@ def janitor(airflow_db):
 
 
 @pytest.fixture
-def config(local_config, emulators):
-    return load_config(None, overrides=[
-        f"project={PROJECT}", f"local.state_dir={local_config.local.state_dir}",
-        f"local.pubsub_emulator_host={local_config.local.pubsub_emulator_host}",
-        f"local.storage_emulator_host={local_config.local.storage_emulator_host}"])
+def config_file(local_config, emulators):
+    """The janitor's project is the site's (a run's conf cannot pick the project it deletes in)."""
+    from tests.helpers import local_site_file, site_config
+
+    return site_config("janitor-project.yaml", local_site_file(), project=PROJECT)
 
 
-def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config):
+@pytest.fixture
+def config(config_file):
+    return load_config(config_file)
+
+
+def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config, config_file):
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
@@ -46,10 +51,7 @@ def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config):
         killed = resource_names(config, "gf-00000000ff")  # its own bucket, labelled, and its DAG run gone
         create_resources(config, killed, LOCAL_CONN_ID, lease=("llm_streaming_inference", "manual__gone"))
     try:
-        run = janitor.test(run_conf={
-            "project": PROJECT, "local__state_dir": config.local.state_dir,
-            "local__pubsub_emulator_host": config.local.pubsub_emulator_host,
-            "local__storage_emulator_host": config.local.storage_emulator_host})
+        run = janitor.test(run_conf={"config_file": config_file})
         assert run.state == DagRunState.SUCCESS
         result = run.get_task_instance("janitor").xcom_pull(task_ids="janitor")
         assert result["dry_run"] is False

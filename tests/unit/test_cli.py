@@ -150,6 +150,22 @@ def test_debug_vm_prints_the_workers_accelerator_and_refuses_cpu_workers(capsys)
     assert captured.out == "" and "no GPU to debug" in captured.err and "gpu.type=nvidia-l4" in captured.err
 
 
+def test_debug_vm_quotes_every_value_it_prints():
+    """A value holding shell syntax stays one argument of the line a person pastes: no second command."""
+    import shlex
+
+    from gpuflow.config_loading import load_config
+    from gpuflow.debug_vm import debug_vm_commands
+
+    config = load_config("configs/gcp.example.yaml", overrides=["gpu.machine_type=g2-standard-8;touch /tmp/owned"])
+    text = debug_vm_commands(config, "us-docker.pkg.dev/p/r/i:1 $(id)", vm_name="vm;reboot")
+    create = " ".join(line.rstrip("\\").strip() for line in text.split("gcloud compute instances create", 1)[1]
+                      .split("\n\n", 1)[0].splitlines())
+    words = shlex.split("gcloud compute instances create " + create, comments=True)
+    assert "--machine-type=g2-standard-8;touch /tmp/owned" in words and "vm;reboot" in words
+    assert "'us-docker.pkg.dev/p/r/i:1 $(id)'" in text and "\n    us-docker.pkg.dev/p/r/i:1 $(id)" not in text
+
+
 def test_every_command_and_option_says_what_it_does_and_none_rewrites_the_docs():
     import argparse
 

@@ -83,16 +83,20 @@ except ImportError:  # Airflow 3.1 (make test-composer LINE=3.1.8)
 import gpuflow
 from gpuflow.config_loading import beam_jobs_dir, load_config
 from gpuflow.containers import RECIPES_DIR, render_recipe
+from gpuflow.trigger_form import form_values
 bag = DagBag({str(gcs / 'dags')!r})
 config = load_config("configs/gcp.example.yaml")
 render_recipe(config, __import__("pathlib").Path({str(tmp_path / 'context')!r}))
 print(json.dumps({{"package": gpuflow.__file__, "errors": {{k: str(v) for k, v in bag.import_errors.items()}},
                   "dags": sorted(bag.dag_ids), "beam_jobs": str(beam_jobs_dir()), "recipes": str(RECIPES_DIR),
                   "profile": config.profile,
-                  "forms": {{dag_id: [dag.gpuflow_form.config_file, dag.params["profile"], dag.params["project"]]
+                  "forms": {{dag_id: [dag.gpuflow_form.config_file, *(form_values(dag.gpuflow_form)[key]
+                                                                       for key in ("profile", "project"))]
                             for dag_id, dag in bag.dags.items()}}}}))
 """
-    env = {**os.environ, "PYTHONPATH": f"{gcs / 'dags'}:{gcs / 'plugins'}"}
+    # Composer's own site folder (data/site), not the tests' ($GPUFLOW_SITE_DIR)
+    env = {**{k: v for k, v in os.environ.items() if k != "GPUFLOW_SITE_DIR"},
+           "PYTHONPATH": f"{gcs / 'dags'}:{gcs / 'plugins'}"}
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])

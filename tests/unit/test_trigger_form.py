@@ -57,10 +57,10 @@ def test_every_field_shows_the_value_the_run_will_use(dag_id):
 
 def test_enums_offer_their_real_choices_only():
     params = dag_params(STREAMING)
-    assert params["profile"].schema["enum"] == ["local", "gcp"]
-    assert params["profile"].schema["type"] == "string"
+    assert params["deployment__mode"].schema["enum"] == ["ephemeral", "persistent"]
+    assert params["deployment__mode"].schema["type"] == "string"
     assert params["gpu__sharing"].schema["enum"] == ["auto", "single_process", "mps", "model_copies"]
-    assert params["bucket"].schema["type"] == ["null", "string"]  # empty bucket: a bucket per run
+    assert params["export__model_dir"].schema["type"] == ["null", "string"]  # empty: under the run's prefix
 
 
 @pytest.mark.parametrize(("key", "bad"), [("gpu__count", "many"), ("gpu__count", 0), ("gpu__sharing", "shared"),
@@ -87,7 +87,8 @@ def test_what_a_run_sends_wins_even_a_value_equal_to_the_first_files():
     sent = {**form_values(STREAMING), "gpu__count": 2, "smoke_test__num_prompts": 3,
             "config_file": "configs/gcp.example.yaml"}
     config = load_config(*run_settings(STREAMING, sent, sent))
-    assert (config.profile, config.gpu.count, config.smoke_test.num_prompts) == ("local", 2, 3)
+    assert (config.profile, config.gpu.machine_type, config.gpu.count, config.smoke_test.num_prompts) == (
+        "gcp", "g2-standard-4", 2, 3)  # the profile is the named file's: no run field sets it
     gcp_file = load_config("configs/gcp.example.yaml")
     shown = {key.replace("__", ".") for key in sent}
     assert config.dataflow.experiments == gcp_file.dataflow.experiments  # not in the form: from the named file

@@ -26,13 +26,22 @@ GPU_POOL = "gpuflow_gpu"
 
 
 def config_from_params(context: Any):
-    """The run's configuration: its config file, then its Params. A bad one fails the task without retries."""
-    from gpuflow.config import ConfigError
-    from gpuflow.config_loading import load_config
+    """The run's configuration: its config file, then its Params. A bad one fails the task without retries.
 
-    conf = getattr(context.get("dag_run"), "conf", None)
+    What the run's conf sends is untrusted (``gpuflow.run_policy``): a config_file it names must lie in configs/ or
+    the site folder, and each key it sets must be one a run may choose, checked against the file's own values."""
+    from gpuflow.config import ConfigError
+    from gpuflow.config_loading import load_config, param_key_to_dotted
+    from gpuflow.run_policy import check_run_conf, trusted_config_file
+
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
     config_file, changed, lines = run_settings(dag_form(context["dag"]), dict(context["params"]), conf)
     try:
+        if conf.get("config_file"):
+            config_file = str(trusted_config_file(config_file))
+        # What the conf sent, by dotted key (a key it clears: None), checked against the file's own values.
+        sent = {param_key_to_dotted(key): changed.get(key) for key in conf if key != "config_file"}
+        check_run_conf(sent, load_config(config_file))
         return load_config(config_file, changed, lines)
     except ConfigError as error:
         raise AirflowFailException(str(error)) from None

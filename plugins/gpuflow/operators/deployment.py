@@ -64,16 +64,18 @@ class TeardownOperator(CleanupOperator):
     waits_for = "job_stop"  # its execution_timeout: gpuflow.task_timeouts
 
     def run_step(self, config, names, platform, context):
-        from gpuflow.naming import deployment_name, deployment_prefix
+        from gpuflow.naming import DEPLOYMENT_LABEL, deployment_name
         from gpuflow.platform import JobHandle
         from gpuflow.platform.records import Records
 
         name = deployment_name(config)
         record = Records(config, platform.conn_id).read(name)
         log.info("deployment %s: %s", name, f"recorded, job {record.job_name} ({record.job['id']}), model version "
-                 f"{record.model_version}" if record else "no record (deleting whatever carries its name)")
+                 f"{record.model_version}" if record else "no record (stopping only what is labelled as its own)")
+        # Its recorded job, and every job labelled as the deployment's: a name proves nothing (prod's prefix also
+        # starts prod-eu's job names).
         jobs = {job.id: job for job in platform.find_gpuflow_jobs()
-                if job.name.startswith(deployment_prefix(name) + "-")}
+                if platform.job_labels(job).get(DEPLOYMENT_LABEL) == name}
         if record:
             jobs[record.job["id"]] = JobHandle.model_validate(record.job)
         stopping = [job for job in jobs.values() if platform.request_stop(job)]

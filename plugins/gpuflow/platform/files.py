@@ -11,7 +11,7 @@ import tempfile
 from functools import cached_property
 from pathlib import Path
 
-from gpuflow.batch_paths import is_gcs, split_gcs_uri
+from gpuflow.batch_paths import is_gcs, is_gpuflow_output, split_gcs_uri
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,20 @@ class BatchFiles:
             shutil.rmtree(folder, ignore_errors=True)
         return len(files)
 
+    def delete_outputs(self, folder: str) -> int:
+        """Delete the files gpuflow writes directly in ``folder`` (``gpuflow.batch_paths.is_gpuflow_output``) and
+        nothing else: the folder a run names may hold a team's own files, and a run deletes only what it makes."""
+        own = [path for path in self.in_folder(folder)
+               if "/" not in path[len(folder):] and is_gpuflow_output(path[len(folder):])]
+        for path in own:
+            self.delete(path)
+        return len(own)
+
     def replace_folder(self, staged: str, final: str, names: list[str]) -> list[str]:
-        """Make ``final`` hold exactly the ``names`` of ``staged``: what was there before goes first (a rerun's
-        older answers), then each staged file is moved in (a copy within the bucket, or a rename)."""
-        removed = self.delete_folder(final)
+        """Make ``final`` hold the ``names`` of ``staged`` as gpuflow's only outputs there: gpuflow's files of an
+        earlier run go first (a rerun's older answers), then each staged file is moved in (a copy within the
+        bucket, or a rename). Files gpuflow did not write stay."""
+        removed = self.delete_outputs(final)
         if removed:
             log.info("removed %d file(s) of an earlier run from %s", removed, final)
         published = []

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames, deployment_folder, deployment_prefix
+from gpuflow.naming import DEPLOYMENT_LABEL, ResourceNames, deployment_folder, deployment_prefix, owned_by_deployment
 from gpuflow.platform import JobBackend, JobHandle
 from gpuflow.platform.records import Records
 from gpuflow.rollout import DeploymentRecord, RolloutPlan, job_options, plan_rollout
@@ -187,10 +187,15 @@ def restored_config(config: GpuflowConfig, record: DeploymentRecord) -> GpuflowC
 
 
 def deployment_resources(config: GpuflowConfig, conn_id: str, name: str) -> dict[str, list[str]]:
-    """The deployment's topics and subscriptions that exist now, found by its name prefix."""
-    from gpuflow.steps.resources import list_named
+    """The deployment's own topics and subscriptions that exist now: exactly its names (``owned_by_deployment``),
+    each labelled ``gpuflow-deployment=<name>``. A name proves nothing: deployment ``prod``'s prefix is also the
+    start of ``prod-eu``'s names, and any team may name a topic ``gfd-…``."""
+    from gpuflow.steps.resources import list_labeled
 
-    return list_named(config, conn_id, deployment_prefix(name) + "-")
+    found = list_labeled(config, conn_id, deployment_prefix(name) + "-")
+    return {kind: [item for item, labels in items.items()
+                   if owned_by_deployment(config, name, kind, item) and labels.get(DEPLOYMENT_LABEL) == name]
+            for kind, items in found.items()}
 
 
 def tear_down(config: GpuflowConfig, platform: JobBackend, name: str, stopped: list[str]) -> dict[str, Any]:

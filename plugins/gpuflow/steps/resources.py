@@ -32,11 +32,43 @@ def _bucket_readable(gcs, bucket: str) -> bool:
         return False
 
 
-def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames) -> bool:
-    """Create the bucket if missing; True if this call created it. A 409 counts only if we can read it."""
+def _project_number(config: GpuflowConfig, conn_id: str) -> str | None:
+    """The configured project's number (Resource Manager), on gcp; None on the local profile's emulator, which
+    has no projects to tell apart."""
+    if config.traits.storage_emulator:
+        return None
+    from gpuflow.platform.gcp_clients import GcpClients
+
+    project = GcpClients(conn_id).projects().get_project(request={"name": f"projects/{config.project}"})
+    return project.name.split("/", 1)[1]
+
+
+def check_run_bucket(bucket: Any, config: GpuflowConfig, names: ResourceNames, conn_id: str) -> None:
+    """A run-scoped bucket that already exists is this run's only when its ``gpuflow-run`` label is this run's and
+    (gcp) its project number is the configured project's: its name is derived from the DAG and run ids, which a
+    scheduled run makes known in advance, so anyone could have made it first. Refused before anything is written."""
+    labels = dict(bucket.labels or {})
+    problems = []
+    if labels.get("gpuflow-run") != names.prefix:
+        problems.append(f"its gpuflow-run label is {labels.get('gpuflow-run')!r}, not this run's {names.prefix!r}")
+    expected = _project_number(config, conn_id)
+    if expected is not None and str(bucket.project_number) != expected:
+        problems.append(f"it belongs to project number {bucket.project_number}, not {config.project} ({expected})")
+    if problems:
+        raise RuntimeError(
+            f"bucket gs://{names.bucket} exists but is not this run's: {'; '.join(problems)}. Nothing was written "
+            "into it. Fix: set bucket to a bucket your project owns (the run then uses a prefix of its own in it), "
+            "or delete that bucket if it is yours and left over.")
+
+
+def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames, conn_id: str) -> bool:
+    """Create the bucket if missing; True if this call created it. A 409 counts only if we can read it. A
+    run-scoped bucket that exists must be this run's own (``check_run_bucket``); a configured bucket is the team's."""
     from google.api_core.exceptions import Conflict
 
     if _bucket_readable(gcs, names.bucket):
+        if names.bucket_is_run_scoped:
+            check_run_bucket(gcs.get_bucket(names.bucket), config, names, conn_id)
         log.info("bucket gs://%s exists; reusing it", names.bucket)
         return False
     try:
@@ -46,6 +78,8 @@ def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames) -> bool:
         return True
     except Conflict:
         if _bucket_readable(gcs, names.bucket):
+            if names.bucket_is_run_scoped:
+                check_run_bucket(gcs.get_bucket(names.bucket), config, names, conn_id)
             return False
         raise RuntimeError(
             f"bucket name {names.bucket} is taken by another project. Fix: set bucket to a name you own."
@@ -67,8 +101,8 @@ def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
     subscriptions = dict(names.run_subscriptions) if pubsub else {}
     if pubsub and job_subscription:
         subscriptions[names.prompts_subscription] = names.prompts_topic
+    bucket_created = ensure_bucket(gcs, config, names, conn_id)  # refused: nothing made, nothing to remove
     try:
-        bucket_created = ensure_bucket(gcs, config, names)
         if lease:
             Records(config, conn_id).write_lease(names, *lease)
         for topic in topics:
@@ -97,7 +131,7 @@ def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
                 *delete_topics(config, conn_id, topics, raise_errors=False)]
     try:
         if names.bucket_is_run_scoped:
-            delete_whole_bucket(conn_id, names.bucket)
+            delete_run_bucket(config, names, conn_id)
         else:
             delete_objects(config, conn_id, names.gcs_uri() + "/")
     except Exception as error:
@@ -108,6 +142,20 @@ def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
              "bucket" if names.bucket_is_run_scoped else "prefix")
     return {"deleted_topics": topics, "deleted_subscriptions": subscriptions,
             "deleted_bucket": names.bucket if names.bucket_is_run_scoped else None}
+
+
+def delete_run_bucket(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> None:
+    """The run's own bucket, once ``check_run_bucket`` proves it is: one that is not (another run's, another
+    project's) is left as it is, with a warning."""
+    _, gcs = _hooks(conn_id)
+    if not _bucket_readable(gcs, names.bucket):
+        return
+    try:
+        check_run_bucket(gcs.get_bucket(names.bucket), config, names, conn_id)
+    except RuntimeError as error:
+        log.warning("left bucket gs://%s as it is: %s", names.bucket, error)
+        return
+    delete_whole_bucket(conn_id, names.bucket)
 
 
 def delete_whole_bucket(conn_id: str, bucket: str) -> None:

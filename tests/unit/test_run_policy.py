@@ -1,0 +1,112 @@
+"""What a run's conf may choose (gpuflow.run_policy): knobs yes; code, identity, files outside the project and what
+gets deleted, no. Each refusal names the key and the fix, and applying the fix clears it."""
+
+from pathlib import Path
+
+import pytest
+
+from gpuflow.config import ConfigError
+from gpuflow.config_loading import load_config
+from gpuflow.run_policy import check_run_conf, refusal, trusted_config_file
+from tests.helpers import ROOT, site_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def local():
+    return load_config("configs/local.yaml")
+
+
+@pytest.fixture
+def gcp():
+    return load_config("configs/gcp.example.yaml")
+
+
+#: (dotted key, value, the class of escalation): each refused over configs/local.yaml
+HOSTILE = [
+    ("dataproc.main_python_file", "/usr/lib/python3.11/antigravity.py", "code"),
+    ("dataproc.args", ["-c", "open('/tmp/owned', 'w')"], "code"),
+    ("export.pip_packages", ["evil==1.0"], "code"),
+    ("export.container_image", "docker.io/evil/image:latest", "code"),
+    ("container.image", "docker.io/evil/worker:latest", "code"),
+    ("container.recipe", "../../etc/passwd", "code"),
+    ("local.runner", "DataflowRunner", "code"),
+    ("model.name", "/etc", "code"),
+    ("model.name", "evil-org/backdoored-model", "code"),
+    ("gcp_conn_id", "prod_admin", "identity"),
+    ("dataflow.service_account", "admin@other.iam.gserviceaccount.com", "identity"),
+    ("project", "another-team-project", "where things are deleted"),
+    ("bucket", "another-team-bucket", "where things are deleted"),
+    ("local.state_dir", "/", "where things are deleted"),
+    ("pubsub.prompts_topic", "team-topic", "where things are deleted"),
+    ("local.pubsub_emulator_host", "10.0.0.1:8085", "where data goes"),
+    ("batch.output", "/etc/", "paths"),
+    ("batch.output", "/tmp/gpuflow/../../home/", "paths"),
+    ("batch.input", "gs://another-bucket/*.jsonl", "paths"),
+    ("export.model_dir", "gs://another-bucket/models", "paths"),
+    ("region", "us-central1; rm -rf /", "names"),
+    ("gpu.machine_type", "g2-standard-4\necho owned", "names"),
+    ("deployment.name", "prod eu", "names"),
+    ("profile", "gcp", "the file's own"),
+    ("batch.schedule", "* * * * *", "parse time"),
+    ("allowed.models", ["/etc"], "the allow-list itself"),
+]
+
+
+@pytest.mark.parametrize(("dotted", "value", "kind"), HOSTILE, ids=[f"{k}-{d}" for d, _, k in HOSTILE])
+def test_a_hostile_key_is_refused_naming_the_key_and_the_fix(local, dotted, value, kind):
+    problem = refusal(dotted, value, local)
+    assert problem and problem.startswith(f"{dotted}: ") and "Fix:" in problem, problem
+    with pytest.raises(ConfigError, match=dotted.replace(".", r"\.")):
+        check_run_conf({dotted: value, "gpu.count": 2}, local)
+
+
+@pytest.mark.parametrize(("dotted", "value"), [
+    ("gpu.count", 2), ("smoke_test.timeout_s", 120.0), ("require_gpu", True), ("gpu.sharing", "mps"),
+    ("deployment.mode", "persistent"), ("janitor.dry_run", True), ("region", "europe-west4"),
+    ("gpu.type", "nvidia-tesla-t4"), ("gpu.zone", "us-central1-a"), ("deployment.name", "prod-eu"),
+    ("model.name", "gpuflow-demo-causal"), ("container.recipe", "cpu"), ("container.image", None),
+    ("batch.output", "/tmp/gpuflow/batch/answers/{ds}/"), ("model.parameters_m", None),
+    ("local.pipeline_start_timeout_s", 30),
+])
+def test_knobs_and_checked_names_pass(local, dotted, value):
+    assert refusal(dotted, value, local) is None
+
+
+def test_a_value_equal_to_the_files_passes_whatever_the_key(gcp):
+    """The form sends every field it shows, with the file's values: those change nothing."""
+    for dotted, value in (("project", gcp.project), ("gcp_conn_id", gcp.gcp_conn_id), ("model.name", gcp.model.name),
+                          ("dataflow.experiments", gcp.dataflow.experiments), ("dataflow.service_account", None)):
+        assert refusal(dotted, value, gcp) is None, dotted
+
+
+def test_applying_each_fix_clears_the_refusal(tmp_path):
+    """The fixes the messages name: list the model, the image prefix, the gs:// prefix in the file."""
+    sent = {"model.name": "google/flan-t5-xl", "container.image": "us-docker.pkg.dev/acme/gpuflow/l4:abc",
+            "export.model_dir": "gs://acme-models/flan", "batch.output": "gs://acme-answers/day/"}
+    gcp = load_config("configs/gcp.example.yaml")
+    assert all(refusal(key, value, gcp) for key, value in sent.items())
+    fixed = load_config(site_config("allowing.yaml", "configs/gcp.example.yaml", **{
+        "allowed.models": ["google/flan-t5-xl"], "allowed.images": ["us-docker.pkg.dev/acme/gpuflow/"],
+        "allowed.gcs_prefixes": ["gs://acme-models/", "gs://acme-answers"]}))
+    check_run_conf(sent, fixed)  # no refusal left
+
+
+def test_gpuflows_own_prefix_is_never_a_runs_to_write(gcp):
+    for path in (f"gs://{gcp.bucket}/gpuflow/", f"gs://{gcp.bucket}/gpuflow/deployments/prod/", "gs://{bucket}/gpuflow/x/"):
+        assert "gpuflow's own prefix" in refusal("batch.output", path, gcp), path
+    assert refusal("batch.output", f"gs://{gcp.bucket}/answers/{{ds}}/", gcp) is None
+
+
+@pytest.mark.parametrize("named", ["/etc/passwd", "/etc/gpuflow.yaml", "configs/../../../etc/x.yaml",
+                                   str(ROOT / "plugins" / "gpuflow" / "catalog" / "gpus.yaml"), "configs/local.txt"])
+def test_a_config_file_outside_configs_and_the_site_folder_is_refused(named):
+    with pytest.raises(ConfigError, match="a run may read no other file.*Fix: name a file there"):
+        trusted_config_file(named)
+
+
+def test_a_config_file_in_configs_or_the_site_folder_is_read():
+    assert trusted_config_file("configs/gcp.example.yaml") == (ROOT / "configs" / "gcp.example.yaml").resolve()
+    site = site_config("team.yaml")  # the fix the refusal names: a file in the site folder
+    assert trusted_config_file(site) == Path(site).resolve()
