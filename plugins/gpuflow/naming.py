@@ -17,6 +17,13 @@ from pydantic import BaseModel
 from gpuflow.config import GpuflowConfig
 
 
+#: Google's label requirements (cloud.google.com/resource-manager/docs/labels-overview#requirements): a key of
+#: 1-63 lowercase letters, digits, '_' or '-', starting with a letter; a value of 0-63 of the same (gpuflow writes
+#: no international characters, which the page also allows).
+LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+
+
 def run_prefix(dag_id: str, run_id: str) -> str:
     """A short prefix that is valid in bucket, topic and Dataflow job names."""
     digest = hashlib.sha256(f"{dag_id}/{run_id}".encode()).hexdigest()[:10]
@@ -56,8 +63,14 @@ class ResourceNames(BaseModel):
     @property
     def labels(self) -> dict[str, str]:
         """The labels by which the janitor knows a job, topic or subscription: the run that made it, and its
-        deployment if any (the names carry the same prefixes)."""
-        return {"gpuflow-run": self.prefix, **({DEPLOYMENT_LABEL: self.deployment} if self.deployment else {})}
+        deployment if any (the names carry the same prefixes). Each is checked to Google's label rule."""
+        labels = {"gpuflow-run": self.prefix, **({DEPLOYMENT_LABEL: self.deployment} if self.deployment else {})}
+        bad = {key: value for key, value in labels.items()
+               if not (LABEL_KEY.fullmatch(key) and LABEL_VALUE.fullmatch(value))}
+        if bad:
+            raise ValueError(f"labels {bad} break Google's label rule (keys {LABEL_KEY.pattern}, values "
+                             f"{LABEL_VALUE.pattern})")
+        return labels
 
     @property
     def owns_job_subscription(self) -> bool:

@@ -201,9 +201,17 @@ def form_values(layout: FormLayout) -> dict[str, Any]:
 SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 
 
+#: The paths a run may name: no '.' or '..' segment and no control character, said in the schema, so that the form
+#: and the REST API (a 400) refuse them before a run exists; ``gpuflow.run_policy`` checks the rest in preflight.
+PATH_PATTERN = r"^(?!(.*/)?\.\.?(/|$))[^\x00-\x1f\x7f]*$"
+PATH_FIELDS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
+
+
 def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
     schema = _field_schemas()[dotted]
     extra = {name: schema[name] for name in ("enum", "minimum", "maximum", "exclusiveMinimum") if name in schema}
+    if dotted in PATH_FIELDS:
+        extra["pattern"] = PATH_PATTERN
     extra["$schema"] = SCHEMA_DIALECT
     if section:
         extra["section"] = section
@@ -221,9 +229,10 @@ def dag_params(layout: FormLayout) -> dict[str, Param]:
                 params[dotted.replace(".", "__")] = _field_param(dotted, values[dotted], section=title)
     params["config_file"] = Param(
         layout.config_file, type="string", title="Configuration file", section=SETTINGS_SECTION,
-        **{"$schema": SCHEMA_DIALECT},
-        description="The YAML file that gives every key this form does not show (docs/configuration.md lists them), "
-                    "relative to the project root or absolute. The fields this form sends win over it; to run with "
+        pattern=PATH_PATTERN, **{"$schema": SCHEMA_DIALECT},
+        description="The YAML file that gives every key this form does not show (docs/configuration.md lists them): "
+                    "one in configs/ or the deployment's site folder (docs/security.md). The fields this form sends "
+                    "win over it; to run with "
                     "another file's values, trigger with a conf that names config_file alone (REST API, or "
                     "`airflow dags trigger --conf`).",
     )

@@ -74,6 +74,47 @@ def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_con
     assert "smoke_test__num_prompts" in answer.text
 
 
+def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_created(airflow_live, local_config,
+                                                                                  tmp_path):
+    """As an authenticated user who may trigger DAGs, with nothing but the REST API: what the Params' schema can
+    express is a 400; the rest fails each run's preflight (gpuflow.run_policy), and its target is left as it was."""
+    from tests.helpers import local_site_file
+
+    marker, script, team = tmp_path / "owned", tmp_path / "payload.py", tmp_path / "team-folder"
+    script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    team.mkdir()
+    (team / "quarterly.csv").write_text("a,b\n")
+    for dag_id in (DAG_ID, "dataproc_gpu_batch", BATCH_DAG):
+        airflow_live.wait_for_dag(dag_id)
+    # The schema: a config_file with a '..' segment, a batch folder with one
+    for dag_id, conf in ((DAG_ID, {"config_file": "configs/../../../etc/passwd.yaml"}),
+                         (BATCH_DAG, {"batch__output": "/tmp/gpuflow/../../home/"})):
+        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert answer.status_code == 400, answer.text
+    # What no schema says: code, identity, a folder outside the state folder
+    site = local_site_file()
+    hostile = [("dataproc_gpu_batch", {"dataproc__main_python_file": str(script)}),
+               (DAG_ID, {"config_file": site, "gcp_conn_id": "another_teams_admin"}),
+               (BATCH_DAG, {"config_file": site, "batch__output": f"{team}/"})]
+    runs = []
+    for dag_id, conf in hostile:
+        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert answer.status_code == 200, answer.text
+        runs.append((dag_id, answer.json()["dag_run_id"]))
+    for dag_id, run_id in runs:
+        run = airflow_live.wait_for_run(dag_id, run_id, timeout_s=300)
+        states = {ti["task_id"]: ti["state"] for ti in airflow_live.api(
+            "GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()["task_instances"]}
+        assert run["state"] == "failed" and states["preflight"] == "failed", (dag_id, states)
+        assert {task for task, state in states.items() if state == "success"} <= {"cleanup"}, (dag_id, states)
+        log = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/preflight/logs/1",
+                               params={"full_content": True}).text
+        assert "only the configuration file sets it" in log or "is outside" in log or "not an absolute path" in log, \
+            log[-2000:]
+    assert not marker.exists()
+    assert sorted(path.name for path in team.iterdir()) == ["quarterly.csv"]
+
+
 def test_the_api_refuses_requests_without_a_token(airflow_live):
     import requests
 

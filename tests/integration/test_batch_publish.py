@@ -45,17 +45,19 @@ def stage_a_run(gcs, config, names, answered: int, dead_lettered: int, claimed_a
         "dead_letter_reasons": {"blank_line": dead_lettered} if dead_lettered else {}})])
 
 
-def test_a_rerun_replaces_the_dates_folders_whole_and_success_comes_last(gcs, gcp_env):
+def test_a_rerun_replaces_gpuflows_files_in_the_dates_folders_and_success_comes_last(gcs, gcp_env):
     config = batch_config("2026-03-01")
     put(gcs, f"gs://{BUCKET}/prompts/2026-03-01/a.jsonl", ["1", "2"])
     put(gcs, f"gs://{BUCKET}/prompts/2026-03-01/b.jsonl", ["3"])
     put(gcs, f"gs://{BUCKET}/prompts/2026-03-01/nested/c.jsonl", ["not matched: * stays in its folder"])
     assert find_input(config, CONN) == [f"gs://{BUCKET}/prompts/2026-03-01/a.jsonl",
                                         f"gs://{BUCKET}/prompts/2026-03-01/b.jsonl"]
-    # An earlier run's output, with a file this run does not write
+    # An earlier run's output (gpuflow's names), and a team's own files beside it and below it
     put(gcs, config.batch.output + "responses.jsonl", ["old"] * 5)
-    put(gcs, config.batch.output + "stale.jsonl", ["old"])
+    put(gcs, config.batch.output + "responses-00001-of-00002.jsonl", ["old"])
     put(gcs, config.batch.output + "_SUCCESS", ["{}"])
+    put(gcs, config.batch.output + "team-notes.txt", ["ours"])
+    put(gcs, config.batch.output + "archive/responses.jsonl", ["ours too"])
     names = resource_names(config, "gf-pub000001")
     stage_a_run(gcs, config, names, answered=2, dead_lettered=1)
 
@@ -65,7 +67,9 @@ def test_a_rerun_replaces_the_dates_folders_whole_and_success_comes_last(gcs, gc
     publish_outputs(config, names, CONN, summary)
 
     answers = listing(gcs, config.batch.output)
-    assert sorted(answers) == ["_SUCCESS", "responses.jsonl"]
+    # gpuflow's files replaced; what gpuflow did not write stays (a run deletes only what it makes)
+    assert sorted(answers) == ["_SUCCESS", "archive/responses.jsonl", "responses.jsonl", "team-notes.txt"]
+    assert (answers["team-notes.txt"], answers["archive/responses.jsonl"]) == ("ours\n", "ours too\n")
     assert len(answers["responses.jsonl"].splitlines()) == 2 and json.loads(answers["_SUCCESS"]) == summary
     assert len(listing(gcs, config.batch.dead_letter_output)["dead_letters.jsonl"].splitlines()) == 1
     assert all(listing(gcs, folder) == {} for folder in staging_folders(config, names.prefix))

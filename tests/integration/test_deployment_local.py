@@ -173,6 +173,55 @@ def new_weights(model_dir: Path, seed: int) -> None:
     model.save_pretrained(model_dir)
 
 
+#: A deployment whose names start with the tested one's prefix (gfd-gf-test-deploy-eu-… after gfd-gf-test-deploy-):
+#: tearing the tested one down must leave every resource of it.
+SIBLING = DEPLOYMENT + "-eu"
+
+
+def a_sibling_deployment(local_config, model_dir: Path):
+    """The sibling's own topics and job subscription (labelled as its own) with a backlog of 3 prompts, and a job
+    process labelled as its own whose pid file's name starts with the tested deployment's prefix."""
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    from gpuflow.config_loading import load_config
+    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.processes import LABELS_VARIABLE, spawn_logged
+    from gpuflow.steps.resources import create_resources
+
+    config = load_config(conf(local_config, model_dir)["config_file"],
+                         overrides=["deployment.mode=persistent", f"deployment.name={SIBLING}"])
+    names = resource_names(config, "gf-00000000ee")
+    with emulator_environment(config):
+        create_resources(config, names, LOCAL_CONN_ID)
+        PubSubHook(gcp_conn_id=LOCAL_CONN_ID).publish(
+            project_id=config.project, topic=names.prompts_topic,
+            messages=[{"data": f"backlog {i}".encode()} for i in range(3)])
+    state_dir = Path(config.local.state_dir)
+    stem = f"{deployment_prefix(SIBLING)}-00000000ee-pipeline"
+    pid = spawn_logged([sys.executable, "-c", "import time; time.sleep(900)", "llm_inference.py"],
+                       state_dir / f"{stem}.log", {**os.environ, LABELS_VARIABLE: json.dumps(names.labels)})
+    (state_dir / f"{stem}.pid").write_text(str(pid))
+    return names, pid
+
+
+def the_sibling_is_untouched(local_config, sibling, pid: int) -> None:
+    """Its topics and subscription are there, with its backlog still to pull, and its job runs; then it goes."""
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    from gpuflow.emulators import LOCAL_CONN_ID, process_alive, stop_process_group
+    from gpuflow.steps.resources import delete_resources, list_named
+
+    left = list_named(local_config, LOCAL_CONN_ID, deployment_prefix(SIBLING) + "-")
+    assert sorted(left["topics"]) == sorted(sibling.topics)
+    assert left["subscriptions"] == [sibling.prompts_subscription]
+    assert process_alive(pid)
+    pulled = PubSubHook(gcp_conn_id=LOCAL_CONN_ID).pull(
+        project_id=local_config.project, subscription=sibling.prompts_subscription, max_messages=10)
+    assert sorted(message.message.data for message in pulled) == [f"backlog {i}".encode() for i in range(3)]
+    stop_process_group(pid)
+    delete_resources(local_config, sibling.model_copy(update={"deployment": None}), LOCAL_CONN_ID)
+
+
 def record(local_config) -> dict | None:
     path = Path(local_config.local.state_dir) / "deployments" / f"{DEPLOYMENT}.json"
     return json.loads(path.read_text()) if path.exists() else None
@@ -181,7 +230,7 @@ def record(local_config) -> dict | None:
 def version_of(run) -> str:
     from gpuflow.config_loading import load_config
 
-    config = load_config(None, run.conf)
+    config = load_config(run.conf.get("config_file"), run.conf)
     return resource_names(config, run_prefix("llm_streaming_inference", run.run_id)).model_version
 
 
@@ -300,13 +349,17 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
     # The janitor, beside the live deployment: a run killed mid-launch, whose DAG run is then deleted.
     the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config, record(local_config))
 
-    # 5. The teardown stops the job and deletes the deployment's topics, subscriptions, model and record.
+    # 5. The teardown stops the job and deletes the deployment's topics, subscriptions, model and record, and
+    # nothing of a deployment beside it whose names start with its own.
+    sibling, sibling_pid = a_sibling_deployment(local_config, model_dir)
     down = teardown.test(run_conf={**conf(local_config, model_dir)})
     assert down.state == DagRunState.SUCCESS, states(down)
     assert record(local_config) is None
     with emulator_environment(local_config):
-        assert list_named(local_config, LOCAL_CONN_ID, deployment_prefix(DEPLOYMENT)) == {"topics": [],
-                                                                                          "subscriptions": []}
+        found = list_named(local_config, LOCAL_CONN_ID, deployment_prefix(DEPLOYMENT))
+        assert {kind: [name for name in names if not name.startswith(deployment_prefix(SIBLING) + "-")]
+                for kind, names in found.items()} == {"topics": [], "subscriptions": []}
+        the_sibling_is_untouched(local_config, sibling, sibling_pid)
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         assert GCSHook(gcp_conn_id=LOCAL_CONN_ID).list(BUCKET, prefix="gpuflow/") == []

@@ -83,3 +83,14 @@ def test_right_fitting_with_one_worker_is_refused_for_streaming_only():
     ([b"\n\n"], 2), ([b"a", b"\n", b"b"], 2)])
 def test_lines_are_counted_as_beams_text_source_reads_them(chunks, lines):
     assert count_lines_in(chunks) == lines
+
+
+def test_an_output_under_gpuflows_own_prefix_is_refused_and_another_folder_clears_it():
+    """Publishing replaces files in the output folder: never among gpuflow's records, model versions and leases."""
+    from gpuflow.config_loading import load_config
+
+    config = load_config("configs/gcp.example.yaml", overrides=["batch.output=gs://{bucket}/gpuflow/answers/{ds}/"])
+    with pytest.raises(ConfigError, match=r"batch.output .* gpuflow's own prefix .*Fix: pick another folder"):
+        fill_batch_paths(config, {"ds": "2026-03-01"})
+    fixed = config.model_copy(update={"batch": config.batch.model_copy(update={"output": "gs://{bucket}/answers/{ds}/"})})
+    assert fill_batch_paths(fixed, {"ds": "2026-03-01"}).batch.output.endswith("/answers/2026-03-01/")

@@ -1,4 +1,6 @@
-from gpuflow.config import GpuflowConfig
+import pytest
+
+from gpuflow.config import ConfigError, GpuflowConfig
 from gpuflow.naming import resource_names, run_prefix
 
 
@@ -41,3 +43,20 @@ def test_a_persistent_run_serves_on_its_deployments_topics_and_owns_only_its_smo
     ephemeral = resource_names(load_config(None), "gf-0123456789")
     assert ephemeral.run_topics == ephemeral.topics and ephemeral.deployment is None
     assert not ephemeral.owns_job_subscription
+
+
+def test_labels_and_job_names_follow_googles_rules():
+    """Labels (Resource Manager's requirements) and Dataflow job names (its Job.name pattern) are checked where made."""
+    from gpuflow.config_loading import load_config
+    from gpuflow.naming import resource_names
+    from gpuflow.platform.dataflow_options import job_name_for
+
+    config = load_config("configs/gcp.example.yaml", overrides=["deployment.mode=persistent", "deployment.name=prod-eu"])
+    names = resource_names(config, "gf-0123456789")
+    assert names.labels == {"gpuflow-run": "gf-0123456789", "gpuflow-deployment": "prod-eu"}
+    assert job_name_for(names, config, "llm-inference") == "gfd-prod-eu-0123456789-llm-inference-us-central1-l4"
+    with pytest.raises(ValueError, match="label rule"):
+        _ = names.model_copy(update={"deployment": "Prod EU"}).labels
+    odd = config.model_copy(update={"gpu": config.gpu.model_copy(update={"type": "NVIDIA_L4"})})
+    with pytest.raises(ConfigError, match="Dataflow's rule"):
+        job_name_for(names, odd, "llm-inference")

@@ -73,6 +73,22 @@ def test_a_bad_value_is_refused_by_its_own_field(key, bad):
     field.resolve(field.value)  # the shown value passes
 
 
+@pytest.mark.parametrize(("dag_id", "key", "bad"), [
+    ("llm_streaming_inference", "config_file", "configs/../../../etc/passwd.yaml"),
+    ("llm_streaming_inference", "config_file", "../secrets.yaml"),
+    ("llm_streaming_inference", "export__model_dir", "gs://models/a/../b"),
+    ("llm_batch_inference", "batch__output", "/tmp/gpuflow/../../home/"),
+    ("llm_batch_inference", "batch__input", "/tmp/gpuflow/./x/*.jsonl"),
+    ("llm_batch_inference", "batch__output", "/tmp/gpuflow/a\nb/"),
+])
+def test_a_path_with_a_dot_segment_or_a_control_character_is_refused_by_its_field(dag_id, key, bad):
+    field = dag_params(LAYOUTS[dag_id])[key]
+    with pytest.raises(ParamValidationError):
+        field.resolve(bad)
+    field.resolve(field.value)
+    field.resolve("gs://team/answers.v2/{ds}/..x/" if key != "config_file" else "configs/gcp.example.yaml")
+
+
 def form_values(layout) -> dict:
     return {key: param.value for key, param in dag_params(layout).items()}
 

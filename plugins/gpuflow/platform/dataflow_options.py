@@ -6,7 +6,7 @@ import re
 import sys
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
+from gpuflow.config import ConfigError, GpuflowConfig
 from gpuflow.config_loading import beam_jobs_dir
 from gpuflow.gpu_options import pipeline_machine_type, right_fitting
 from gpuflow.naming import ResourceNames
@@ -47,10 +47,21 @@ def experiments(config: GpuflowConfig, streaming: bool) -> list[str]:
     return chosen
 
 
+#: Dataflow's rule for a job name: the Job resource's "name" field in Dataflow's REST reference
+#: (cloud.google.com/dataflow/docs/reference/rest/v1b3/projects.jobs#Job): "must match the regular expression
+#: [a-z]([-a-z0-9]{0,1022}[a-z0-9])?".
+DATAFLOW_JOB_NAME = re.compile(r"[a-z]([-a-z0-9]{0,1022}[a-z0-9])?")
+
+
 def job_name_for(names: ResourceNames, config: GpuflowConfig, kind: str) -> str:
-    """Unique per GPU placement, so a fallback never collides with the job it replaces."""
+    """Unique per GPU placement, so a fallback never collides with the job it replaces; checked to Dataflow's rule
+    here, before any request carries it."""
     gpu = config.gpu.type.removeprefix("nvidia-").removeprefix("tesla-") if config.uses_gpu else "cpu"
-    return f"{names.job_prefix or names.prefix}-{kind}-{config.region}-{gpu}"[:63].rstrip("-")
+    name = f"{names.job_prefix or names.prefix}-{kind}-{config.region}-{gpu}"[:63].rstrip("-")
+    if not DATAFLOW_JOB_NAME.fullmatch(name):
+        raise ConfigError(f"the Dataflow job name {name!r} (from region and gpu.type) breaks Dataflow's rule "
+                          f"{DATAFLOW_JOB_NAME.pattern}. Fix: set region and gpu.type to Google's names.")
+    return name
 
 
 def template_uri_for(names: ResourceNames, job_name: str) -> str:

@@ -68,18 +68,24 @@ def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames, conn_id: str
 
     if _bucket_readable(gcs, names.bucket):
         if names.bucket_is_run_scoped:
-            check_run_bucket(gcs.get_bucket(names.bucket), config, names, conn_id)
+            check_run_bucket(gcs.get_conn().get_bucket(names.bucket), config, names, conn_id)
         log.info("bucket gs://%s exists; reusing it", names.bucket)
         return False
     try:
         gcs.create_bucket(bucket_name=names.bucket, project_id=config.project, location=config.region.upper(),
                           storage_class="STANDARD", labels=names.labels)
+        if config.traits.storage_emulator:
+            # gcp-storage-emulator keeps only a new bucket's name (handlers/buckets.py, create_bucket) and takes
+            # labels in a PATCH: set them so, as Cloud Storage keeps them from the insert.
+            bucket = gcs.get_conn().bucket(names.bucket)
+            bucket.labels = names.labels
+            bucket.patch()
         log.info("created bucket gs://%s", names.bucket)
         return True
     except Conflict:
         if _bucket_readable(gcs, names.bucket):
             if names.bucket_is_run_scoped:
-                check_run_bucket(gcs.get_bucket(names.bucket), config, names, conn_id)
+                check_run_bucket(gcs.get_conn().get_bucket(names.bucket), config, names, conn_id)
             return False
         raise RuntimeError(
             f"bucket name {names.bucket} is taken by another project. Fix: set bucket to a name you own."
@@ -151,7 +157,7 @@ def delete_run_bucket(config: GpuflowConfig, names: ResourceNames, conn_id: str)
     if not _bucket_readable(gcs, names.bucket):
         return
     try:
-        check_run_bucket(gcs.get_bucket(names.bucket), config, names, conn_id)
+        check_run_bucket(gcs.get_conn().get_bucket(names.bucket), config, names, conn_id)
     except RuntimeError as error:
         log.warning("left bucket gs://%s as it is: %s", names.bucket, error)
         return

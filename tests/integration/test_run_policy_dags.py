@@ -1,0 +1,92 @@
+"""Hostile confs through the real Airflow (dag.test()): a run's conf is untrusted input (gpuflow.run_policy). Each is
+refused in preflight, before anything is created, and its target is left as it was: the marker a code injection
+would write does not exist, the folder a publish would empty still holds its files, nothing of the run exists."""
+
+from __future__ import annotations
+
+import pendulum
+import pytest
+from airflow.utils.state import DagRunState, TaskInstanceState
+
+from gpuflow.naming import resource_names, run_prefix
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+STREAMING, BATCH, DATAPROC = "llm_streaming_inference", "llm_batch_inference", "dataproc_gpu_batch"
+SECRET = "hunter2-never-in-a-log"
+
+
+@pytest.fixture(scope="module")
+def bag(airflow_db):
+    from tests.helpers import dag_bag
+
+    return dag_bag()
+
+
+@pytest.fixture
+def targets(tmp_path):
+    """What the hostile confs aim at: a script that would leave a marker, a team's folder of files, a file with a
+    secret outside configs/ and the site folder."""
+    marker = tmp_path / "owned"
+    script = tmp_path / "payload.py"
+    script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    team = tmp_path / "team-folder"
+    team.mkdir()
+    (team / "quarterly.csv").write_text("a,b\n")
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(f"project: my-project\npassword: {SECRET}\nbad: [\n")
+    return {"marker": marker, "script": script, "team": team, "outside": outside}
+
+
+def hostile_confs(targets) -> list[tuple[str, str, dict]]:
+    """(class, DAG, conf): one or more per class of escalation."""
+    from tests.helpers import local_site_file
+
+    site = local_site_file()
+    return [
+        ("code", DATAPROC, {"dataproc__main_python_file": str(targets["script"])}),
+        ("code", DATAPROC, {"dataproc__args": ["--rows", "1"], "config_file": site}),
+        ("code", STREAMING, {"config_file": site, "container__image": "docker.io/evil/worker:latest"}),
+        ("code", STREAMING, {"config_file": site, "model__name": str(targets["team"])}),
+        ("identity", STREAMING, {"config_file": site, "gcp_conn_id": "another_teams_admin"}),
+        ("paths", STREAMING, {"config_file": str(targets["outside"])}),
+        ("paths", STREAMING, {"config_file": "configs/../../../etc/passwd"}),
+        ("deletion", BATCH, {"config_file": site, "batch__output": f"{targets['team']}/"}),
+        ("deletion", STREAMING, {"config_file": site, "bucket": "another-teams-bucket"}),
+        ("deletion", STREAMING, {"config_file": site, "local__state_dir": str(targets["team"])}),
+        ("names", STREAMING, {"config_file": site, "region": "us central1"}),
+        ("quoting", STREAMING, {"config_file": site, "gpu__zone": "us-central1-a; touch /tmp/owned"}),
+        ("size", BATCH, {"config_file": site, "batch__input": "/tmp/gpuflow/{ds:>999999999}"}),
+    ]
+
+
+CASES = [(kind, dag_id, index) for index, (kind, dag_id, _) in enumerate(hostile_confs(
+    {"marker": "m", "script": "s", "team": "t", "outside": "o"}))]
+
+
+@pytest.mark.parametrize(("kind", "dag_id", "index"), CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
+def test_a_hostile_conf_fails_preflight_and_leaves_its_target(bag, local_config, emulators, targets, kind, dag_id,
+                                                              index, capfd):
+    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.steps.resources import list_run_resources
+
+    _, _, conf = hostile_confs(targets)[index]
+    dag = bag.dags[dag_id]
+    run = dag.test(run_conf=conf, **({"logical_date": pendulum.datetime(2026, 5, 1, tz="UTC")} if dag_id == BATCH
+                                     else {}))
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert run.state == DagRunState.FAILED, states
+    assert states["preflight"] == TaskInstanceState.FAILED, states
+    # Nothing but preflight and the always-run cleanup ran; every task that makes something never started.
+    assert {task for task, state in states.items() if state == TaskInstanceState.SUCCESS} <= {"cleanup"}, states
+    assert not targets["marker"].exists()
+    assert sorted(p.name for p in targets["team"].iterdir()) == ["quarterly.csv"]
+    out, err = capfd.readouterr()
+    said = out + err
+    assert "only the configuration file" in said or "config_file" in said or "Invalid gpuflow configuration" in said, \
+        said[-3000:]
+    assert SECRET not in said
+    names = resource_names(local_config, run_prefix(dag_id, run.run_id))
+    with emulator_environment(local_config):
+        assert list_run_resources(local_config, names, LOCAL_CONN_ID) == {"topics": [], "subscriptions": [],
+                                                                          "buckets": []}
