@@ -208,6 +208,16 @@ class ContainerConfig(_Section):
         ),
     )
     repository: str = Field("gpuflow", description="gcp: the Artifact Registry Docker repository for the image.")
+
+    @field_validator("repository")
+    @classmethod
+    def _repository_id(cls, value: str) -> str:
+        # Artifact Registry's repository names (cloud.google.com/artifact-registry/docs/repositories/create-repos):
+        # lowercase letters, digits and hyphens, a letter first, a letter or digit last, at most 63.
+        if not re.fullmatch(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?", value):
+            raise ValueError("must be an Artifact Registry repository id: lowercase letters, digits and hyphens, a "
+                             "letter first")
+        return value
     build_timeout_s: int = Field(3600, ge=60, le=86400, description="gcp: Cloud Build timeout for the image.")
     flex_launcher_tag: str | None = Field(None, description=(
         "launch.mode flex_template: the tag of gcr.io/dataflow-templates-base/pythonXYZ-template-launcher-base "
@@ -285,6 +295,16 @@ class DataflowConfig(_Section):
     start_timeout_s: float = Field(
         1800, gt=0, description="How long launch and verify_gpu wait for GPU workers to start (minutes, typically)."
     )
+
+    @field_validator("network", "subnetwork")
+    @classmethod
+    def _resource_path(cls, value: str | None) -> str | None:
+        """A network's name, or a subnetwork's path or URL: they reach the gcloud lines preflight prints, so no
+        shell syntax."""
+        if value and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9/:._-]*", value):
+            raise ValueError("must be a name, a regions/R/subnetworks/S path or its URL (letters, digits, '/', ':', "
+                             "'.', '_', '-')")
+        return value or None
     poll_interval_s: float = Field(15, gt=0, description="Seconds between job state checks.")
     stop_action: Literal["cancel", "drain"] = Field(
         "cancel", description="cleanup: cancel (stop now) or drain (finish in-flight prompts first) the job."

@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from gpuflow.config import GpuflowConfig
 
-
 #: Google's label requirements (cloud.google.com/resource-manager/docs/labels-overview#requirements): a key of
 #: 1-63 lowercase letters, digits, '_' or '-', starting with a letter; a value of 0-63 of the same (gpuflow writes
 #: no international characters, which the page also allows).

@@ -77,6 +77,9 @@ def test_bucket_accepts_a_gs_uri():
     ("batch.input='{ds:>999999999}'", "batch.input", "plain {name}"),
     ("batch.input=gs://b/{ds!r}/*.jsonl", "batch.input", "plain {name}"),
     ("batch.input=gs://b/{ds", "batch.input", "not a valid path template"),
+    # names that reach the gcloud lines preflight prints: no shell syntax
+    ("container.repository=gpuflow;rm", "container.repository", "repository id"),
+    ("dataflow.subnetwork=regions/us-central1/subnetworks/a b", "dataflow.subnetwork", "regions/R/subnetworks/S"),
     # empty means empty
     ("project=", "project", "must not be empty"),
 ])
