@@ -33,12 +33,12 @@ class ConfigError(ValueError):
 
 #: Control characters (newline, escape, NUL…) make a value print as two shell lines or hide what a log shows: no
 #: configuration value needs one.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _no_control_characters(value: Any) -> Any:
     for text in value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]:
-        if isinstance(text, str) and _CONTROL.search(text):
+        if isinstance(text, str) and CONTROL_CHARACTERS.search(text):
             raise ValueError("must not hold control characters (a newline, a tab, an escape)")
     return value
 
@@ -112,10 +112,14 @@ class ModelConfig(_Section):
     )
 
 
+def has_dot_segment(path: str) -> bool:
+    """A '.' or '..' segment: a job would resolve it (a Vertex AI job's bucket mount, a local file system) and write
+    outside the folder the configuration names."""
+    return any(part in (".", "..") for part in path.removeprefix("gs://").split("/"))
+
+
 def no_dot_segments(path: str) -> str:
-    """A path with no '.' or '..' segment: a job would resolve them (a Vertex AI job's bucket mount, a local file
-    system) and write outside the folder the configuration names."""
-    if any(part in (".", "..") for part in path.removeprefix("gs://").split("/")):
+    if has_dot_segment(path):
         raise ValueError("must not hold a '.' or '..' segment; write the folder's full path")
     return path
 
@@ -208,6 +212,11 @@ class ContainerConfig(_Section):
         ),
     )
     repository: str = Field("gpuflow", description="gcp: the Artifact Registry Docker repository for the image.")
+    build_timeout_s: int = Field(3600, ge=60, le=86400, description="gcp: Cloud Build timeout for the image.")
+    flex_launcher_tag: str | None = Field(None, description=(
+        "launch.mode flex_template: the tag of gcr.io/dataflow-templates-base/pythonXYZ-template-launcher-base "
+        "whose launcher the image copies, from the table of cloud.google.com/dataflow/docs/reference/"
+        "flex-templates-base-images (never latest: the image's tag is derived from its content)."))
 
     @field_validator("repository")
     @classmethod
@@ -218,11 +227,6 @@ class ContainerConfig(_Section):
             raise ValueError("must be an Artifact Registry repository id: lowercase letters, digits and hyphens, a "
                              "letter first")
         return value
-    build_timeout_s: int = Field(3600, ge=60, le=86400, description="gcp: Cloud Build timeout for the image.")
-    flex_launcher_tag: str | None = Field(None, description=(
-        "launch.mode flex_template: the tag of gcr.io/dataflow-templates-base/pythonXYZ-template-launcher-base "
-        "whose launcher the image copies, from the table of cloud.google.com/dataflow/docs/reference/"
-        "flex-templates-base-images (never latest: the image's tag is derived from its content)."))
 
 
 class ExportConfig(_Section):
@@ -295,6 +299,11 @@ class DataflowConfig(_Section):
     start_timeout_s: float = Field(
         1800, gt=0, description="How long launch and verify_gpu wait for GPU workers to start (minutes, typically)."
     )
+    poll_interval_s: float = Field(15, gt=0, description="Seconds between job state checks.")
+    stop_action: Literal["cancel", "drain"] = Field(
+        "cancel", description="cleanup: cancel (stop now) or drain (finish in-flight prompts first) the job."
+    )
+    stop_timeout_s: float = Field(900, gt=0, description="cleanup: how long to wait for the job to stop.")
 
     @field_validator("network", "subnetwork")
     @classmethod
@@ -305,11 +314,6 @@ class DataflowConfig(_Section):
             raise ValueError("must be a name, a regions/R/subnetworks/S path or its URL (letters, digits, '/', ':', "
                              "'.', '_', '-')")
         return value or None
-    poll_interval_s: float = Field(15, gt=0, description="Seconds between job state checks.")
-    stop_action: Literal["cancel", "drain"] = Field(
-        "cancel", description="cleanup: cancel (stop now) or drain (finish in-flight prompts first) the job."
-    )
-    stop_timeout_s: float = Field(900, gt=0, description="cleanup: how long to wait for the job to stop.")
 
 
 class PubSubConfig(_Section):
@@ -481,6 +485,10 @@ class BatchConfig(_Section):
         return value if value.endswith("/") else value + "/"
 
 
+#: A deployment's name: it prefixes topic and Dataflow job names and is a label value.
+DEPLOYMENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,22}[a-z0-9]")
+
+
 class DeploymentConfig(_Section):
     """llm_streaming_inference: ``ephemeral`` builds, proves and tears down (the tutorial's shape); ``persistent``
     leaves a serving deployment behind, and each later run rolls a new model version or job out to it."""
@@ -503,7 +511,7 @@ class DeploymentConfig(_Section):
     def _name(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        if not re.fullmatch(r"[a-z][a-z0-9-]{0,22}[a-z0-9]", value):
+        if not DEPLOYMENT_NAME.fullmatch(value):
             raise ValueError("must be 2-24 lowercase letters, digits or hyphens, starting with a letter and not "
                              "ending with a hyphen (it prefixes topic and Dataflow job names)")
         return value

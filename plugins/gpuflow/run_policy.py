@@ -7,7 +7,8 @@ switches, choices, and names whose format gpuflow checks), never code, identity,
 gets deleted. Everything else comes from the configuration file, which only those trusted people write
 (docs/security.md says who sets what).
 
-The rules run in every task that reads a run's configuration, preflight first, so a refused run has created nothing.
+The rules run where a task reads the run's conf (``operators.base.config_from_params``: the preflight tasks), so a
+refused run has created nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.batch_paths import GPUFLOW_PREFIX
-from gpuflow.config import DEMO_MODELS, ConfigError, GpuflowConfig
+from gpuflow.config import (
+    CONTROL_CHARACTERS,
+    DEMO_MODELS,
+    DEPLOYMENT_NAME,
+    REGION,
+    ZONE,
+    ConfigError,
+    GpuflowConfig,
+    has_dot_segment,
+)
 from gpuflow.paths import project_path, site_dir
 
 #: The field types a run may set freely: a number or a switch changes how much, never what runs or what is deleted.
@@ -48,26 +58,27 @@ _WHY = {
     "local.pubsub_emulator_host": "it says where the run sends its data",
     "local.storage_emulator_host": "it says where the run sends its data",
     "local.runner": "it picks the code that runs the pipeline",
+    **dict.fromkeys(("allowed.models", "allowed.images", "allowed.gcs_prefixes"), "it bounds what a run may pick"),
 }
 
 #: Names a run may set, each with the form it must have (Google's own rules are checked by the configuration model
 #: and preflight; these keep a name a name: no path, no spaces, no shell syntax).
 _NAME_FORMATS = {
-    "region": r"[a-z]+(-[a-z]+)*[0-9]{1,2}",
-    "gpu.zone": r"[a-z]+(-[a-z]+)*[0-9]{1,2}-[a-z]",
+    "region": REGION.pattern,
+    "gpu.zone": ZONE.pattern,
     "gpu.type": r"[a-z0-9][a-z0-9-]{0,62}",
     "gpu.machine_type": r"[a-z0-9][a-z0-9-]{0,62}",
     "worker.machine_type": r"[a-z0-9][a-z0-9-]{0,62}",
     "export.machine_type": r"[a-z0-9][a-z0-9-]{0,62}",
     "dataproc.runtime_version": r"[0-9]{1,2}\.[0-9]{1,2}",
-    "deployment.name": r"[a-z][a-z0-9-]{0,22}[a-z0-9]",
+    "deployment.name": DEPLOYMENT_NAME.pattern,
     # A Docker tag: docs.docker.com/reference/cli/docker/image/tag ("a tag name ... may contain lowercase and
     # uppercase letters, digits, underscores, periods, and hyphens ... may not start with a period or a hyphen and
     # may contain a maximum of 128 characters").
     "container.flex_launcher_tag": r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
 }
 
-#: Folders a run may point somewhere, within bounds (``_path_problem``).
+#: Folders a run may point somewhere, within bounds (``path_problem``).
 PATH_KEYS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
 
 def trusted_config_dirs() -> list[Path]:
@@ -166,7 +177,7 @@ def path_problem(path: str, base: GpuflowConfig) -> str | None:
     """Why a run may not read or write ``path``: a gs:// path must lie in the bucket (not under gpuflow's own prefix) or
     an allowed prefix; a local path (local profile) under local.state_dir; neither with a '.' or '..' segment."""
     shown = _shown(path)
-    if _CONTROL.search(path) or any(part in (".", "..") for part in path.removeprefix("gs://").split("/")):
+    if has_dot_segment(path) or CONTROL_CHARACTERS.search(path):
         return f"{shown} holds a '.' or '..' segment or a control character. Fix: write the folder's full path."
     if path.startswith("gs://"):
         buckets = [f"gs://{name}/" for name in {base.bucket, "{bucket}"} if name]
@@ -184,9 +195,6 @@ def path_problem(path: str, base: GpuflowConfig) -> str | None:
         return None
     return (f"{shown} is not a gs:// path, nor (local profile) an absolute path under local.state_dir "
             f"({state_dir}). Fix: use a folder there.")
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _shown(value: Any) -> str:
