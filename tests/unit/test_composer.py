@@ -128,3 +128,27 @@ def test_the_makefile_installs_each_tested_line_as_the_catalog_says_and_the_floo
         assert spec["packages"]["apache-airflow"] == line
     oldest = min(lines, key=version_tuple)
     assert composer_floor()["packages"] == lines[oldest]["packages"]
+
+
+@pytest.mark.parametrize("syntax", ["glob", "regexp"])
+def test_airflows_plugin_loader_imports_no_gpuflow_module_from_the_deployed_tree(tmp_path, syntax):
+    """Airflow's plugin loader imports each .py under plugins/ as a top-level module named after its file. On the tree
+    deploy-composer copies, plugins/gpuflow/.airflowignore keeps every gpuflow module out, in either ignore syntax."""
+    from tests.composer_tree import lay_out
+
+    tree = lay_out(tmp_path / "gcs")
+    probe = """
+import json, sys
+from airflow import plugins_manager
+before = set(sys.modules)
+(plugins_manager._get_plugins if hasattr(plugins_manager, "_get_plugins") else plugins_manager.ensure_plugins_loaded)()
+print(json.dumps(sorted(name for name in set(sys.modules) - before
+                        if "/plugins/gpuflow/" in (getattr(sys.modules[name], "__file__", None) or ""))))
+"""
+    env = {**{k: v for k, v in os.environ.items() if k != "GPUFLOW_SITE_DIR"},
+           "AIRFLOW__CORE__PLUGINS_FOLDER": str(tree / "plugins"), "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": syntax,
+           "PYTHONPATH": f"{tree / 'dags'}:{tree / 'plugins'}"}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [name for name in loaded if not name.startswith("gpuflow")] == [], loaded
