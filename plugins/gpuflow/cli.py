@@ -260,13 +260,16 @@ def cmd_launch_command(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy_composer(args: argparse.Namespace) -> int:
-    from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployRefused
+    from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployFailed, DeployRefused
 
     target = ComposerTarget(args.environment, args.location, args.project, args.conn_id)
     try:
         ComposerDeployment(target).deploy(Path(args.config) if args.config else None, dry_run=args.dry_run)
     except DeployRefused as refused:
         print(f"deploy-composer: refused, nothing was changed: {refused}", file=sys.stderr)
+        return 1
+    except DeployFailed as failed:
+        print(f"deploy-composer: failed: {failed}", file=sys.stderr)
         return 1
     return 0
 

@@ -59,6 +59,14 @@ def image_too_old(image_version: str) -> str | None:
                f"--image-version {floor['newest_image']}")
     if not found:
         return f"the image version {image_version!r} is not a Composer image name gpuflow reads. Fix: {upgrade}"
+    if int(found["major"]) < floor["composer_major"]:
+        # "It is not possible to upgrade from Cloud Composer 2 to Cloud Composer 3 in-place": the migration is side by
+        # side (docs.cloud.google.com/composer/docs/composer-2/migrate-composer-3, "Before you begin").
+        return (f"the environment runs {image_version}, Composer {found['major']}; gpuflow needs Composer "
+                f"{floor['composer_major']} with Airflow {wanted} or newer, and Composer offers no in-place upgrade "
+                f"from {found['major']} to {floor['composer_major']}. Fix: create a Composer {floor['composer_major']} "
+                f"environment (--image-version {floor['newest_image']}), or migrate this one side by side with a "
+                "snapshot (docs.cloud.google.com/composer/docs/composer-2/migrate-composer-3), then deploy there")
     if int(found["major"]) != floor["composer_major"] or version_tuple(found["airflow"]) < version_tuple(wanted):
         return (f"the environment runs {image_version}, below gpuflow's floor, Composer {floor['composer_major']} "
                 f"with Airflow {wanted} (its Google provider {floor['packages']['apache-airflow-providers-google']}, "

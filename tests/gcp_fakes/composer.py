@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 from google.cloud.orchestration.airflow import service_v1
 
@@ -34,6 +33,27 @@ class FakeAirflowApiResponse:
         return json.dumps(self.body)
 
 
+class FakeUpdateOperation:
+    """The long-running operation of an environment update, as ``google.api_core.operation.Operation`` answers
+    ``result()``: the environment once the update has run, or the operation's error raised as a
+    ``GoogleAPICallError`` (then Composer keeps the previous package list)."""
+
+    def __init__(self, composer: FakeComposer, packages: dict[str, str]):
+        self.composer, self.packages = composer, packages
+
+    def result(self, timeout=None, polling=None, retry=None):
+        from google.api_core.exceptions import FailedPrecondition
+
+        self.composer.events.append("update finished")
+        if self.composer.update_error:
+            raise FailedPrecondition(self.composer.update_error)
+        self.composer.pypi_packages = self.packages  # the whole map
+        return self.composer.environment()
+
+    def exception(self, timeout=None):
+        return None
+
+
 @dataclass
 class FakeComposer:
     name: str = "projects/gpuflow-gcp-test/locations/europe-west4/environments/shared"
@@ -44,6 +64,12 @@ class FakeComposer:
     airflow_uri: str = "https://abc-dot-europe-west4.composer.googleusercontent.com"
     requests: list[Any] = field(default_factory=list)
     api_calls: list[tuple[str, str, Any]] = field(default_factory=list)
+    #: The order of what changed the environment: "update sent", "update finished", "POST /api/v2/pools".
+    events: list[str] = field(default_factory=list)
+    #: The error the package update's operation ends with (a package conflict), or None: it succeeds.
+    update_error: str | None = None
+    #: The status the Airflow REST API answers every call with (403: the identity may not use it), or None.
+    api_refuses: int | None = None
 
     def environment(self) -> service_v1.Environment:
         return service_v1.Environment(name=self.name, config=service_v1.EnvironmentConfig(
@@ -61,13 +87,15 @@ class FakeComposer:
         request = _typed(service_v1.UpdateEnvironmentRequest, request)
         self.requests.append(request)
         assert request.name == self.name and list(request.update_mask.paths) == ["config.softwareConfig.pypiPackages"]
-        self.pypi_packages = dict(request.environment.config.software_config.pypi_packages)  # the whole map
-        return mock.Mock(name="operation")
+        self.events.append("update sent")
+        return FakeUpdateOperation(self, dict(request.environment.config.software_config.pypi_packages))
 
     def airflow_api(self, method: str, url: str, data=None, headers=None, timeout=None):
         """The environment's Airflow REST API v2, as far as pools go."""
         assert url.startswith(self.airflow_uri + "/api/v2/pools"), url
         self.api_calls.append((method, url, data))
+        if self.api_refuses:
+            return FakeAirflowApiResponse(self.api_refuses, {"detail": "Forbidden"})
         path = url.removeprefix(self.airflow_uri)
         if method == "GET":
             name = path.rsplit("/", 1)[1]
@@ -79,6 +107,7 @@ class FakeComposer:
         if body["name"] in self.pools:
             return FakeAirflowApiResponse(409, {"detail": "Pool already exists"})
         self.pools[body["name"]] = body
+        self.events.append("POST /api/v2/pools")
         return FakeAirflowApiResponse(201, body)
 
     def install(self, monkeypatch) -> FakeComposer:

@@ -7,7 +7,7 @@ import pytest
 from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
 from gpuflow.composer import MANIFEST, deploy_files
-from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployRefused
+from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployFailed, DeployRefused
 from gpuflow.paths import SITE_CONFIG
 from tests.gcp_fakes.composer import FakeComposer
 from tests.helpers import GCP_TEST_PROJECT, ROOT, dag_bag
@@ -70,6 +70,50 @@ def test_a_redeploy_removes_only_gpuflows_own_stale_files(composer):
     found = objects(composer)
     assert "dags/gpuflow_retired.py" not in found and "dags/team_etl.py" in found
     assert json.loads(gcs.download(composer.bucket, MANIFEST)) == sorted(deploy_files())
+
+
+def writes(composer, before: set[str]) -> dict[str, int]:
+    """What a deploy changed: objects uploaded or removed, environment updates sent, pool POSTs."""
+    return {"objects": len(objects(composer) ^ before), "updates": composer.events.count("update sent"),
+            "pools": composer.events.count("POST /api/v2/pools")}
+
+
+NONE_WRITTEN = {"objects": 0, "updates": 0, "pools": 0}
+
+
+@pytest.mark.parametrize("case", ["local-profile config", "image below the floor", "Airflow API unreadable",
+                                  "config that fails preflight"])
+def test_each_refusal_comes_before_any_write(composer, tmp_path, case):
+    """Everything is checked first: the image floor, --config (a gcp file that passes preflight's configuration
+    rules), the Airflow REST API; a refusal writes nothing (no object, no update, no pool)."""
+    config = None
+    if case == "local-profile config":
+        config = ROOT / "configs" / "local.yaml"
+    elif case == "image below the floor":
+        composer.image_version = "composer-3-airflow-3.1.7-build.11"
+    elif case == "Airflow API unreadable":
+        composer.api_refuses = 403
+    else:
+        config = tmp_path / "bad.yaml"  # the example's placeholder project, which preflight refuses
+        config.write_text((ROOT / "configs" / "gcp.example.yaml").read_text())
+    before = objects(composer)
+    with pytest.raises(DeployRefused, match="Fix"):
+        deploy(config=config)
+    assert writes(composer, before) == NONE_WRITTEN and composer.pools == {}
+
+
+def test_a_deploy_waits_for_the_package_update_before_it_creates_the_pool(composer):
+    deploy()
+    assert composer.events == ["update sent", "update finished", "POST /api/v2/pools"]
+
+
+def test_a_failed_package_update_is_reported_with_its_error_and_no_pool_is_made(composer):
+    composer.update_error = "Failed to install PyPI packages: openai>=2.54.0,<3 conflicts with team-llm==0.3"
+    with pytest.raises(DeployFailed, match=r"package update failed: .*openai>=2\.54\.0,<3 conflicts with team-llm"
+                                           r".*keeps the previous package list"):
+        deploy()
+    assert composer.pypi_packages["openai"] == "==1.99.0"  # Composer kept the previous list
+    assert composer.events == ["update sent", "update finished"] and composer.pools == {}
 
 
 def test_an_image_below_the_floor_is_refused_before_anything_changes(composer):

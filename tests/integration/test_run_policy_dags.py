@@ -67,10 +67,10 @@ CASES = [(kind, dag_id, index) for index, (kind, dag_id, _) in enumerate(hostile
 @pytest.mark.parametrize(("kind", "dag_id", "index"), CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
 def test_a_hostile_conf_fails_preflight_and_leaves_its_target(bag, local_config, emulators, targets, kind, dag_id,
                                                               index, capfd):
+    from airflow.sdk.exceptions import ParamValidationError
+
     from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.steps.resources import list_run_resources
-
-    from airflow.sdk.exceptions import ParamValidationError
 
     _, _, conf = hostile_confs(targets)[index]
     dag = bag.dags[dag_id]

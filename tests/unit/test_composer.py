@@ -51,6 +51,8 @@ def test_an_image_below_the_floor_is_refused_with_the_upgrade_command(image, ref
     assert bool(problem) == refused
     if refused:
         assert "--image-version composer-3-airflow-3.3.1-build.10" in problem
+    if image.startswith("composer-2"):  # no in-place upgrade from Composer 2: a new environment, or a migration
+        assert "no in-place upgrade" in problem and "gcloud composer environments update" not in problem
 
 
 def test_only_files_an_earlier_deploy_copied_are_stale():
