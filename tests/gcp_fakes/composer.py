@@ -70,12 +70,17 @@ class FakeComposer:
     update_error: str | None = None
     #: The status the Airflow REST API answers every call with (403: the identity may not use it), or None.
     api_refuses: int | None = None
+    #: How many Airflow triggerers the environment's workloads configuration has.
+    triggerers: int = 1
 
     def environment(self) -> service_v1.Environment:
         return service_v1.Environment(name=self.name, config=service_v1.EnvironmentConfig(
             dag_gcs_prefix=f"gs://{self.bucket}/dags", airflow_uri=self.airflow_uri,
             software_config=service_v1.SoftwareConfig(image_version=self.image_version,
-                                                      pypi_packages=dict(self.pypi_packages))))
+                                                      pypi_packages=dict(self.pypi_packages)),
+            workloads_config=service_v1.WorkloadsConfig(
+                triggerer=service_v1.WorkloadsConfig.TriggererResource(count=self.triggerers, cpu=0.5,
+                                                                       memory_gb=1))))
 
     def get_environment(self, request=None, **_options):
         request = _typed(service_v1.GetEnvironmentRequest, request)

@@ -164,3 +164,29 @@ def test_on_composer_preflight_fails_at_once_without_the_pool_and_the_deploy_it_
     deploy()  # the fix as written: make deploy-composer runs this deployment
     preflight("llm_streaming_inference", "inference")
     assert [(method, url.rsplit("/", 1)[1]) for method, url, _ in composer.api_calls][-1] == ("GET", "gpuflow_gpu")
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"triggerers": 0}, "has no Airflow triggerer"),
+    ({"image_version": "composer-3-airflow-3.1.7-build.11"}, "below gpuflow's floor"),
+])
+def test_on_composer_preflight_refuses_an_environment_without_a_triggerer_or_below_the_floor(
+        composer, monkeypatch, local_config, change, expected):
+    """Every gpuflow task that waits defers: without a triggerer a run waits for ever. Preflight reads the
+    environment it runs in through the Composer hook, and applying the fix it names clears the finding."""
+    from gpuflow.operators.airflow_names import AirflowFailException
+    from gpuflow.operators.base import validated_config
+
+    for name, value in (("COMPOSER_ENVIRONMENT", "shared"), ("COMPOSER_LOCATION", "europe-west4"),
+                        ("GCP_PROJECT", GCP_TEST_PROJECT)):
+        monkeypatch.setenv(name, value)
+    deploy()  # the pool exists
+    dag = dag_bag().dags["llm_streaming_inference"]
+    for name, value in change.items():
+        setattr(composer, name, value)
+    with pytest.raises(AirflowFailException, match=expected) as refused:
+        validated_config(local_config, {"dag": dag}, "inference", "llm_streaming_inference")
+    assert "--triggerer-count 1" in str(refused.value) or "--image-version" in str(refused.value)
+    composer.triggerers, composer.image_version = 1, FakeComposer.image_version  # the fix, as Composer applies it
+    validated_config(local_config, {"dag": dag}, "inference", "llm_streaming_inference")
+

@@ -52,7 +52,8 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
 
     The profile's platform adds what only it can read: on gcp, the region's zones from Compute Engine and the
     project's access (APIs, IAM, the workers' service account, policies, the bucket), before anything is created.
-    On Cloud Composer, the GPU tasks' pool is read from the environment's Airflow REST API.
+    On Cloud Composer, the GPU tasks' pool is read from the environment's Airflow REST API, and the environment's
+    image and triggerer from Composer's environments API.
 
     A finding at error level fails the task without retries: a bad configuration will not get better. So does a
     run whose waits would outlast their tasks' execution_timeout (killed mid-wait instead of ending with the
@@ -67,13 +68,14 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
             f"configuration file): {'; '.join(short)}. Fix: raise the timeouts in the configuration file the DAG "
             "reads, or lower them for this run.")
     from gpuflow.platform import get_platform
-    from gpuflow.platform.composer_api import pool_state, this_environment
+    from gpuflow.platform.composer_api import environment_facts, pool_state, this_environment
 
     platform = get_platform(config)
-    composer = this_environment(config.gcp_conn_id)  # on Composer, its Airflow's pools can be read
+    composer = this_environment(config.gcp_conn_id)  # on Composer: its Airflow's pools, its image, its triggerer
     gpu_pool = (GPU_POOL, lambda name: pool_state(composer, name)) if composer else None
     findings = run_preflight(config, workflow=workflow, zones_offering=platform.zones_offering,
-                             access=platform.access_probe(), gpu_pool=gpu_pool)
+                             access=platform.access_probe(), gpu_pool=gpu_pool,
+                             composer_environment=environment_facts(composer) if composer else None)
     fail_on_errors(findings, f"preflight of {what}")
     return config.model_dump(mode="json")
 

@@ -40,6 +40,20 @@ def this_environment(conn_id: str) -> ComposerTarget | None:
     return ComposerTarget(environment, location, project or None, conn_id) if environment and location else None
 
 
+def environment_facts(target: ComposerTarget) -> dict[str, Any]:
+    """What preflight reads of the environment it runs in: its image version and how many triggerers it has
+    (``WorkloadsConfig.triggerer.count`` in Composer's environments API; None where the environment states none),
+    or ``problem``: why it could not be read."""
+    try:
+        environment = target.hook().get_environment(**target.where())
+    except Exception as problem:  # refused, unreachable, credentials: the check cannot tell
+        return {"problem": f"{type(problem).__name__}: {str(problem)[:200]}"}
+    config = environment.config
+    workloads = config.workloads_config if "workloads_config" in config else None
+    triggerers = workloads.triggerer.count if workloads is not None and "triggerer" in workloads else None
+    return {"image": config.software_config.image_version, "triggerers": triggerers}
+
+
 def read_pool(hook, airflow_uri: str, name: str):
     """GET /api/v2/pools/NAME on the environment's Airflow: the response (200: it exists; 404: it does not)."""
     return hook.make_composer_airflow_api_request("GET", airflow_uri, f"/api/v2/pools/{name}")

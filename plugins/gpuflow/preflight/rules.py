@@ -7,9 +7,11 @@ import functools
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from gpuflow.config import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
 from gpuflow.preflight.access_rules import AccessProbe, access_findings
+from gpuflow.preflight.composer_rules import composer_findings
 from gpuflow.preflight.dataproc_rules import dataproc_findings
 from gpuflow.preflight.engine_rules import vllm_engine, vllm_runs_here
 from gpuflow.preflight.environment_rules import (
@@ -228,11 +230,14 @@ PROFILE_RULES: dict[str, set[Rule]] = {
 
 def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflow: str = "inference",
                   zones_offering: ZonesOffering | None = None, access: AccessProbe | None = None,
-                  gpu_pool: tuple[str, PoolReader] | None = None) -> list[Finding]:
+                  gpu_pool: tuple[str, PoolReader] | None = None,
+                  composer_environment: dict[str, Any] | None = None) -> list[Finding]:
     """Every rule of the workflow. ``zones_offering`` (gcp, from the platform): the region check asks Compute
     Engine instead of reading the offline table. ``access`` (gcp, from the platform): the project's APIs, IAM,
     service account, policies and bucket are checked too (``access_rules``). ``gpu_pool`` (the pool's name and a
-    reader, where Airflow's pools can be read: on Composer): the GPU tasks' pool must exist (``pool_rules``)."""
+    reader, where Airflow's pools can be read: on Composer): the GPU tasks' pool must exist (``pool_rules``).
+    ``composer_environment`` (on Composer, what was read of the environment): its image floor and its triggerer
+    (``composer_rules``)."""
     config_rules = OWN_CONFIG_RULES.get(workflow, CONFIG_RULES)
     rules = config_rules + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
     others = set().union(*(own for profile, own in PROFILE_RULES.items() if profile != config.profile))
@@ -247,4 +252,6 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
         findings += access_findings(config, workflow, access)
     if gpu_pool is not None:
         findings += pool_findings(workflow, *gpu_pool)
+    if composer_environment is not None:
+        findings += composer_findings(composer_environment)
     return findings
