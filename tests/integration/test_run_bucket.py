@@ -8,7 +8,7 @@ import pytest
 
 from gpuflow.config_loading import load_config
 from gpuflow.naming import resource_names
-from gpuflow.steps.resources import create_resources, delete_resources, list_run_resources
+from gpuflow.steps.resources import create_resources, delete_resources, delete_whole_bucket, list_run_resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -46,6 +46,8 @@ def test_a_bucket_with_another_runs_label_is_refused_at_setup_and_left_as_it_was
         made = create_resources(fixed, resource_names(fixed, names.prefix), LOCAL_CONN_ID)
         assert made["bucket"] == "team-bucket"
         delete_resources(fixed, resource_names(fixed, names.prefix), LOCAL_CONN_ID)
+        for bucket in (names.bucket, "team-bucket"):  # the janitor tests on this emulator would find them
+            delete_whole_bucket(LOCAL_CONN_ID, bucket)
 
 
 def local_site_file_with_bucket() -> str:
@@ -74,3 +76,4 @@ def test_a_bucket_of_another_project_is_refused_even_with_the_runs_label(gcp_env
         create_resources(config, names, config.gcp_conn_id, pubsub=False)
     delete_resources(config, names, config.gcp_conn_id, pubsub=False)
     assert gcs.list(names.bucket) == ["theirs.txt"]
+    delete_whole_bucket(config.gcp_conn_id, names.bucket)  # the janitor tests on this emulator would find it
