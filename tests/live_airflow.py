@@ -72,9 +72,7 @@ class LiveAirflow:
                         "gpuflow: GPU jobs start one at a time", "--include-deferred"], env=env, check=True,
                        capture_output=True)
         for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
-            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
-            self.processes[name] = subprocess.Popen([sys.executable, "-m", "airflow", name], env=env, stdout=log,
-                                                    stderr=subprocess.STDOUT, start_new_session=True)
+            self.start_process(name, env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for name, process in self.processes.items():
@@ -87,6 +85,24 @@ class LiveAirflow:
                 pass
             time.sleep(1)
         raise TimeoutError(f"the api-server did not answer within {timeout_s}s: {self.log_tail('api-server')}")
+
+    def start_process(self, name: str, env: dict[str, str]) -> None:
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
+        self.processes[name] = subprocess.Popen([sys.executable, "-m", "airflow", name], env=env, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def restart(self, name: str) -> None:
+        """Stop one process as Kubernetes stops a pod that Composer moves (SIGTERM to the container's main process,
+        SIGKILL after a grace period), and start another."""
+        from gpuflow.emulators import stop_process_group
+
+        process = self.processes[name]
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        finally:
+            stop_process_group(process.pid, grace_s=5)  # what the main process left behind, as the pod's end does
+        self.start_process(name, self.env())
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.home / f"{name}.log"
@@ -142,6 +158,15 @@ class LiveAirflow:
                 return new[0]
             time.sleep(1)
         raise TimeoutError(f"no new run of {dag_id} appeared within {timeout_s}s")
+
+    def wait_for_task_state(self, dag_id: str, run_id: str, task_id: str, state: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ti = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}").json()
+            if ti.get("state") == state:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{task_id} of {run_id} was not {state} within {timeout_s}s: {ti}")
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float,
                      states_seen: dict[str, set[str]] | None = None) -> dict:

@@ -30,15 +30,46 @@ def local_conf(local_config):
     return {"config_file": local_site_file(), "model__max_new_tokens": 8, "smoke_test__num_prompts": 4}
 
 
-def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jobs_start(airflow_live, local_config):
-    dag = airflow_live.wait_for_dag(DAG_ID)
-    assert dag["dag_id"] == DAG_ID
+#: What LocalProcessTrigger.on_kill logs, whether it stopped the pipeline or the run's cleanup (which the killed
+#: task lets start at once) did so first.
+KILLED = "task killed: "
+
+
+def trigger_run(airflow_live, local_config) -> str:
+    airflow_live.wait_for_dag(DAG_ID)
     answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",
                               json={"logical_date": None, "conf": local_conf(local_config)})
     assert answer.status_code == 200, answer.text
-    run_id = answer.json()["dag_run_id"]
+    return answer.json()["dag_run_id"]
 
-    seen: dict[str, set[str]] = {}
+
+def task_log(airflow_live, run_id: str, task_id: str, try_number: int = 1) -> str:
+    return airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                            params={"full_content": True}).text
+
+
+def trigger_logs(airflow_live, run_id: str, task_id: str) -> str:
+    """What the triggerer wrote for the task's triggers (attempt=N.log.trigger.ID.log beside the task's log)."""
+    folder = airflow_live.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={task_id}"
+    return "".join(path.read_text(errors="replace") for path in sorted(folder.glob("*.log.trigger.*")))
+
+
+def wait_for_trigger_to_start(airflow_live, run_id: str, task_id: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while "starting" not in trigger_logs(airflow_live, run_id, task_id):
+        assert time.monotonic() < deadline, f"no trigger of {task_id} started: {airflow_live.log_tail('triggerer')}"
+        time.sleep(0.5)
+
+
+def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jobs_start(airflow_live, local_config):
+    """... and a triggerer restarted while the launch is deferred (Composer moves its pods) leaves the pipeline
+    running: the new triggerer takes the wait over and the run succeeds, at the launch's first try."""
+    run_id = trigger_run(airflow_live, local_config)
+    airflow_live.wait_for_task_state(DAG_ID, run_id, "launch", "deferred", timeout_s=300)
+    wait_for_trigger_to_start(airflow_live, run_id, "launch")
+    airflow_live.restart("triggerer")
+
+    seen: dict[str, set[str]] = {"launch": {"deferred"}}
     run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=900, states_seen=seen)
     states = {ti["task_id"]: ti["state"] for ti in
               airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]}
@@ -47,9 +78,9 @@ def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jo
     # While the pipeline process loaded its model, the launch task gave its worker slot back: the triggerer
     # waited on it (LocalProcessTrigger), and the task resumed when the pipeline ran.
     assert "deferred" in seen.get("launch", set()), seen
-    launch_log = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch/logs/1",
-                                  params={"full_content": True}).text
+    launch_log = task_log(airflow_live, run_id, "launch")
     assert "deferring until local-process" in launch_log and "the pipeline is running" in launch_log, launch_log[-2000:]
+    assert KILLED not in trigger_logs(airflow_live, run_id, "launch") + airflow_live.log_tail("triggerer", 10**6)
 
     xcom = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
                                    "return_value", params={"deserialize": True}).json()
@@ -59,6 +90,21 @@ def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jo
     # The UI knows the launch task's extra link (empty on the local profile: no console page).
     links = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch/links")
     assert links.status_code == 200 and "Dataflow job" in links.json()["extra_links"], links.text
+
+
+def test_a_deferred_launch_marked_failed_stops_its_pipeline_once(airflow_live, local_config):
+    """On every tested line: Airflow 3.3's triggerer calls the trigger's on_kill; 3.1's does not, and the trigger
+    calls it itself once Airflow says the task left deferral (gpuflow.triggers.kill)."""
+    run_id = trigger_run(airflow_live, local_config)
+    airflow_live.wait_for_task_state(DAG_ID, run_id, "launch", "deferred", timeout_s=300)
+    wait_for_trigger_to_start(airflow_live, run_id, "launch")
+    marked = airflow_live.api("PATCH", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch",
+                              json={"new_state": "failed"})
+    assert marked.status_code == 200, marked.text
+    run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=300)
+    assert run["state"] == "failed"
+    logs = trigger_logs(airflow_live, run_id, "launch") + airflow_live.log_tail("triggerer", lines=10**6)
+    assert logs.count(KILLED) == 1, logs[-4000:]
 
 
 def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_config):

@@ -283,3 +283,85 @@ def test_an_early_event_is_held_for_the_settle_time_and_a_late_one_is_not(tmp_pa
                                             poll_interval_s=0.1, settle_s=0.8))
     # No settle added to a long wait: the event comes a poll after the process ended, not settle_s after it.
     assert event["status"] == "reached" and time.monotonic() - float(ended_at.read_text()) < 0.8
+
+
+# -- a kill while deferred, on a triggerer that does not call on_kill (Airflow 3.1, Composer's floor) ---------------
+
+
+def cancel_while_waiting(trigger, task_states: dict[str, str], monkeypatch) -> list[dict]:
+    """Run ``trigger`` as the triggerer does, then cancel its asyncio task as the 3.1 triggerer does for a user's
+    action and for its own shutdown alike; Airflow's answer to "what state is the task in" is ``task_states``, at the
+    boundary the triggerer's supervisor serves (``RuntimeTaskInstance.get_task_states``). Returns the questions."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from gpuflow.triggers import kill
+
+    asked: list[dict] = []
+
+    def get_task_states(**query):
+        asked.append(query)
+        return {query["run_ids"][0]: {task_id: state for task_id, state in task_states.items()
+                                      if task_id in query["task_ids"]}}
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(get_task_states))
+    monkeypatch.setattr(kill, "TRIGGERER_CALLS_ON_KILL", False)
+    trigger.task_instance = SimpleNamespace(dag_id="llm_streaming_inference", task_id="launch", run_id="manual__1",
+                                            map_index=-1)
+
+    async def run_then_cancel():
+        async def wait():
+            async for _ in trigger.run():
+                raise AssertionError("the trigger fired before it was cancelled")
+
+        task = asyncio.create_task(wait())
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run_then_cancel())
+    return asked
+
+
+def test_the_version_says_which_triggerer_calls_on_kill():
+    """Airflow 3.3's triggerer calls on_kill for a user's action (TriggerRunner.run_trigger); 3.1's never does, so
+    gpuflow's triggers call it themselves there, and only there (never twice)."""
+    from airflow import __version__
+    from airflow.jobs import triggerer_job_runner
+
+    from gpuflow.triggers.kill import TRIGGERER_CALLS_ON_KILL
+
+    assert hasattr(triggerer_job_runner, "_USER_ACTION_CANCEL_MSG") == TRIGGERER_CALLS_ON_KILL, __version__
+
+
+@pytest.mark.parametrize(("state", "stopped"), [("failed", True), ("success", True), ("deferred", False)])
+def test_a_cancelled_local_wait_stops_the_process_only_if_the_task_left_deferral(tmp_path, monkeypatch, state,
+                                                                                 stopped):
+    handle, process = start_process(tmp_path, "import time; time.sleep(60)")
+    try:
+        asked = cancel_while_waiting(job_trigger(load_config(None), handle, "running", 30), {"launch": state},
+                                     monkeypatch)
+        assert asked == [{"dag_id": "llm_streaming_inference", "task_ids": ["launch"], "run_ids": ["manual__1"],
+                          "map_index": -1}]
+        if stopped:
+            process.wait(timeout=15)
+        assert process_alive(process.pid) is not stopped
+    finally:
+        if process_alive(process.pid):
+            process.kill()
+
+
+def test_a_cancelled_export_wait_cancels_the_job_once_and_only_when_the_task_was_marked_failed(cloud, monkeypatch):
+    cloud.vertex = FakeVertex(running_polls=10**6)
+    config = gcp_test_config("dataflow.poll_interval_s=0.01")
+
+    def cancels():
+        return [request for name, request in cloud.vertex.requests if name == "cancel_custom_job"]
+
+    cancel_while_waiting(job_trigger(config, vertex_handle(), "done", 30), {"launch": "deferred"}, monkeypatch)
+    assert cancels() == []  # a triggerer restart: the export goes on, for the next triggerer to wait on
+    cancel_while_waiting(job_trigger(config, vertex_handle(), "done", 30), {"launch": "failed"}, monkeypatch)
+    (cancel,) = cancels()
+    assert cancel.name == vertex_handle().name

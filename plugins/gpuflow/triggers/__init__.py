@@ -7,7 +7,8 @@ A task starts its job, pushes the handle, then defers to the trigger for the job
   ``CloudBuildCreateBuildTrigger``, with ``on_kill`` and a timeout added (``gpuflow.triggers.cancelling``);
 - the local profile's pipeline processes: ``LocalProcessTrigger``.
 
-Each cancels its job when a user kills the deferred task (the triggerer calls ``on_kill``); a job that a dead
+Each cancels its job when a user kills the deferred task: the 3.3 triggerer calls ``on_kill``, and on 3.1 the
+trigger calls it itself once Airflow says the task has left deferral (``gpuflow.triggers.kill``). A job that a dead
 triggerer left running is stopped by the run's cleanup, which finds the run's jobs by name prefix.
 Importing this package is cheap: the trigger modules are imported by ``job_trigger`` when a task defers.
 """

@@ -19,6 +19,7 @@ from airflow.providers.google.cloud.triggers.cloud_build import CloudBuildCreate
 from airflow.providers.google.cloud.triggers.dataproc import DataprocBatchTrigger
 from airflow.triggers.base import TriggerEvent
 
+from gpuflow.triggers.kill import stopping_job_when_killed
 from gpuflow.triggers.settle import SETTLE_S, settled
 
 try:  # the provider's (22.8.0); Composer's floor, 22.2.2, has none: gpuflow's copy of it
@@ -29,7 +30,8 @@ except ImportError:
 
 class _TimeoutAndCancel:
     """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then on_kill() (the cancel); its event held
-    for ``settle_s`` (``gpuflow.triggers.settle``). It adds both to the trigger's arguments and serializes under the
+    for ``settle_s`` (``gpuflow.triggers.settle``); on_kill() also called when the task is killed on a triggerer that
+    does not call it (``gpuflow.triggers.kill``). It adds both to the trigger's arguments and serializes under the
     subclass's own classpath."""
 
     what: str  # the job, in the timeout's message
@@ -45,6 +47,10 @@ class _TimeoutAndCancel:
                 {**kwargs, "timeout_s": self.timeout_s, "settle_s": self.settle_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in stopping_job_when_killed(self, self._bounded()):
+            yield event
+
+    async def _bounded(self) -> AsyncIterator[TriggerEvent]:
         events = settled(super().run(), self.settle_s)  # type: ignore[misc]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s

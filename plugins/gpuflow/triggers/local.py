@@ -77,3 +77,5 @@ class LocalProcessTrigger(SettlingTrigger):
         if is_gpuflow_process(self.pid):
             await asyncio.to_thread(stop_process_group, self.pid)
             self.log.info("task killed: stopped process group %d", self.pid)
+        else:  # the run's cleanup, which a killed task lets start at once, may have stopped it first
+            self.log.info("task killed: process %d had already ended", self.pid)

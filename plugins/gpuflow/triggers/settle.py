@@ -31,14 +31,17 @@ async def settled(events: AsyncIterator[TriggerEvent], settle_s: float) -> Async
 
 
 class SettlingTrigger(BaseTrigger):
-    """gpuflow's own triggers: ``events()`` is the wait, ``run()`` holds its event for ``settle_s``."""
+    """gpuflow's own triggers: ``events()`` is the wait, ``run()`` holds its event for ``settle_s`` and, on a
+    triggerer that does not call ``on_kill``, calls it when the task is killed (``gpuflow.triggers.kill``)."""
 
     def __init__(self, settle_s: float = SETTLE_S):
         super().__init__()
         self.settle_s = settle_s
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        async for event in settled(self.events(), self.settle_s):
+        from gpuflow.triggers.kill import stopping_job_when_killed
+
+        async for event in stopping_job_when_killed(self, settled(self.events(), self.settle_s)):
             yield event
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
