@@ -89,13 +89,13 @@ test: venv lint docs browser ## everything: lint, the docs site, then every test
 
 # Cloud Composer's lines that gpuflow runs on (plugins/gpuflow/catalog/composer.yaml, tested_lines; a test keeps the
 # pins below equal to it): LINE=3.3.1 (the newest; default) or LINE=3.1.8 (the floor). Each gets a venv of its own:
-# its Airflow and providers, the lines of Composer's own package list that could be read (../shared/composer; none
+# its Airflow and providers, the lines of Composer's own package list that could be read (composer/, copied from what Google publishes; none
 # for 3.1.8), and gpuflow's own pins for the rest (requirements.txt less the three). The tests that matter on
 # Composer then run from a tree laid out as deploy-composer copies it (tests/composer_tree.py), with only dags/,
 # plugins/ and the tests on sys.path.
 LINE ?= 3.3.1
 COMPOSER_PINS_3.3.1 := apache-airflow==3.3.1 apache-airflow-providers-google==22.2.2 apache-airflow-providers-apache-beam==6.2.3
-COMPOSER_CONSTRAINTS_3.3.1 := ../shared/composer/constraints-composer-3-airflow-3.3.1-build.0.txt
+COMPOSER_CONSTRAINTS_3.3.1 := composer/constraints-composer-3-airflow-3.3.1-build.0.txt
 COMPOSER_PINS_3.1.8 := apache-airflow==3.1.8 apache-airflow-providers-google==22.2.0 apache-airflow-providers-apache-beam==6.2.2
 COMPOSER_CONSTRAINTS_3.1.8 :=
 COMPOSER_PINS = $(COMPOSER_PINS_$(LINE))

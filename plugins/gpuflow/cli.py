@@ -193,7 +193,7 @@ def launch_command_text(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> 
             shlex.join(LocalPlatform(config).pipeline_command(argv)) + "\n"
     from gpuflow.platform.dataflow_options import flex_launch, staging_command, template_uri_for
 
-    if config.launch.mode == "flex_template":
+    if config.launch_mode == "flex_template":
         _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
         return "\n".join([
             f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {shlex.quote(image)}",
@@ -227,7 +227,7 @@ def check_launch_request(config, run_id: str, dag_id: str = STREAMING_DAG_ID) ->
     cuda = image_cuda(config)
     with tempfile.TemporaryDirectory() as scratch:
         names, argv, image, job_name = _launch_plan(config, run_id, Path(scratch), dag_id)
-    if config.launch.mode == "flex_template":
+    if config.launch_mode == "flex_template":
         _, request = flex_launch(config, names, "llm_inference", argv, image, job_name, streaming=True)
         view = from_flex_launch(request.launch_parameter, cuda)
     else:

@@ -216,7 +216,8 @@ class ContainerConfig(_Section):
     flex_launcher_tag: str | None = Field(None, description=(
         "launch.mode flex_template: the tag of gcr.io/dataflow-templates-base/pythonXYZ-template-launcher-base "
         "whose launcher the image copies, from the table of cloud.google.com/dataflow/docs/reference/"
-        "flex-templates-base-images (never latest: the image's tag is derived from its content)."))
+        "flex-templates-base-images (never latest: the image's tag is derived from its content). Empty: the "
+        "pinned tag in catalog/images.yaml for python_version."))
 
     @field_validator("repository")
     @classmethod
@@ -272,12 +273,13 @@ class ExportConfig(_Section):
 
 
 class LaunchConfig(_Section):
-    mode: Literal["direct", "flex_template"] = Field(
-        "direct",
+    mode: Literal["direct", "flex_template"] | None = Field(
+        None,
         description=(
+            "Empty: flex_template on gcp, direct on the local profile. flex_template: the worker image is also the "
+            "Flex Template launcher, so the job is staged by the image's own Beam and Python (one image, one lock). "
             "direct: Airflow's own Beam stages the job (its Beam and Python must match the image's; preflight "
-            "checks). flex_template: the worker image is also the Flex Template launcher, so they match by "
-            "construction."
+            "checks), for a launch environment that has the locked Beam."
         ),
     )
 
@@ -601,6 +603,14 @@ class GpuflowConfig(_Section):
     def traits(self) -> ProfileTraits:
         """What this profile's runner can and cannot do (``gpuflow.profiles``)."""
         return PROFILES[self.profile]
+
+    @property
+    def launch_mode(self) -> Literal["direct", "flex_template"]:
+        """launch.mode, or the profile's: on gcp the worker image launches its own job, so Composer's Beam (which
+        moves with its builds) never stages it; locally the pipeline runs in this environment anyway."""
+        if self.launch.mode:
+            return self.launch.mode
+        return "flex_template" if self.traits.dataflow_workers else "direct"
 
     @property
     def uses_gpu(self) -> bool:

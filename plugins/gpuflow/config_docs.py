@@ -84,6 +84,8 @@ def params_json_schema() -> dict[str, dict[str, Any]]:
         if "enum" in prop:
             schema["enum"] = list(prop["enum"])
             json_types = json_types or ["string"]
+        if "enum" in schema and "null" in json_types:  # an optional choice: empty is one of the choices
+            schema["enum"] = [None, *schema["enum"]]
         schema["type"] = sorted(set(json_types)) if len(set(json_types)) > 1 else json_types[0]
         schemas[dotted.replace(".", PARAM_SEPARATOR)] = schema
     return schemas

@@ -89,7 +89,7 @@ def render_recipe(config: GpuflowConfig, output_dir: Path, recipe: str | None = 
     text = string.Template(template_path.read_text()).substitute(
         python_version=config.python_version, beam_version=config.beam_version
     )
-    if config.launch.mode == "flex_template":
+    if config.launch_mode == "flex_template":
         text = text.replace("\nENTRYPOINT", flex_launcher_lines(config) + "\nENTRYPOINT", 1)
     dockerfile.write_text(text)
     shutil.copyfile(lock_path(recipe_metadata(recipe).lock), output_dir / LOCK_IN_CONTEXT)
@@ -111,14 +111,23 @@ def flex_launcher_base(config: GpuflowConfig) -> str:
 FLEX_LAUNCHER_TAGS_PAGE = "https://cloud.google.com/dataflow/docs/reference/flex-templates-base-images"
 
 
+def flex_launcher_tag(config: GpuflowConfig) -> str | None:
+    """container.flex_launcher_tag, or the tag catalog/images.yaml pins (with its source) for python_version."""
+    from gpuflow.catalog import flex_launcher_tag as pinned
+
+    return config.container.flex_launcher_tag or pinned(config.python_version)
+
+
 def flex_launcher_problem(config: GpuflowConfig) -> tuple[str, str] | None:
     """(problem, fix): the launcher image must be pinned like every other input of a content-tagged image; gpuflow
-    cannot read the page's current tag from its build machines, so the configuration names it."""
-    tag = config.container.flex_launcher_tag
-    if config.launch.mode != "flex_template" or (tag and tag != "latest"):
+    cannot read the page's current tag from its build machines, so the catalog or the configuration names it."""
+    tag = flex_launcher_tag(config)
+    if config.launch_mode != "flex_template" or (tag and tag != "latest"):
         return None
     return (f"launch.mode flex_template copies its launcher from {flex_launcher_base(config)}, and "
-            f"container.flex_launcher_tag is {'latest' if tag else 'empty'}",
+            f"container.flex_launcher_tag is " + ("latest" if tag else
+                                                 f"empty and catalog/images.yaml pins none for Python "
+                                                 f"{config.python_version}"),
             f"set container.flex_launcher_tag to the newest tag in the Python table of {FLEX_LAUNCHER_TAGS_PAGE}")
 
 
@@ -130,7 +139,7 @@ def flex_launcher_lines(config: GpuflowConfig) -> str:
     return (
         "\n# launch.mode: flex_template. Dataflow starts this same image with the Flex Template launcher, which runs\n"
         "# flex_main.py; the job is therefore pickled by the workers' own Beam and Python.\n"
-        f"COPY --from={flex_launcher_base(config)}:{config.container.flex_launcher_tag} {FLEX_LAUNCHER} "
+        f"COPY --from={flex_launcher_base(config)}:{flex_launcher_tag(config)} {FLEX_LAUNCHER} "
         f"{FLEX_LAUNCHER}\n"
         f"ENV FLEX_TEMPLATE_PYTHON_PY_FILE={FLEX_MAIN}\n"
         f"ENV PYTHONPATH={IMAGE_BEAM_JOBS}\n"
@@ -211,7 +220,7 @@ def check_dockerfile(dockerfile: Path, config: GpuflowConfig) -> list[str]:
     if f"PYTHONPATH={IMAGE_BEAM_JOBS}" not in env:
         problems.append(f"PYTHONPATH does not include {IMAGE_BEAM_JOBS}, where the pipeline's functions import "
                         "its modules (prompt_io, llm_handlers, llm_models) from")
-    if config.launch.mode == "flex_template":
+    if config.launch_mode == "flex_template":
         copies = " ".join(i["value"] for i in instructions if i["instruction"] == "COPY")
         if FLEX_LAUNCHER not in copies or f"FLEX_TEMPLATE_PYTHON_PY_FILE={FLEX_MAIN}" not in env:
             problems.append(f"launch.mode flex_template needs {FLEX_LAUNCHER} from {flex_launcher_base(config)} "

@@ -76,8 +76,9 @@ class RolloutPlan(BaseModel):
 
 
 def job_options(config: GpuflowConfig) -> dict[str, Any]:
-    """The configuration's JOB_KEYS, as JSON values."""
+    """The configuration's JOB_KEYS, as JSON values (launch.mode as the profile resolves an empty one)."""
     dumped = config.model_dump(mode="json")
+    dumped["launch"]["mode"] = config.launch_mode
     options = {}
     for key in JOB_KEYS:
         value: Any = dumped

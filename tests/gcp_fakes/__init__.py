@@ -40,7 +40,7 @@ from tests.gcp_fakes.vertex import FakeVertex
 from tests.helpers import ROOT
 
 __all__ = [
-    "BATCH_SUCCEEDS", "EXHAUSTED", "FLEX", "L4_WORKER_REPORT", "LAUNCH_FAILS", "STREAMING_STARTS",
+    "BATCH_SUCCEEDS", "DIRECT", "EXHAUSTED", "FLEX", "L4_WORKER_REPORT", "LAUNCH_FAILS", "STREAMING_STARTS",
     "STREAMING_STARTS_BY_AUTOSCALING", "ZONE_EXHAUSTED", "FakeAcceleratorTypesClient", "FakeArtifactRegistry",
     "FakeCloudBuild", "FakeCloudQuotas", "FakeDataflow", "FakeGoogleCloud", "FakeJob", "FakeMonitoring",
     "FakeProjectAccess", "FakeStorageAccess", "list_policy",
@@ -52,6 +52,8 @@ __all__ = [
 #: launch.mode flex_template with its launcher image pinned (a tag shaped like the Flex Template page's; tests pull
 #: nothing).
 FLEX = ("launch.mode=flex_template", "container.flex_launcher_tag=20260101_RC00")
+#: launch.mode direct: Airflow's own Beam stages the job (the gcp default is flex_template).
+DIRECT = ("launch.mode=direct",)
 
 
 def gcp_test_config(*overrides: str):

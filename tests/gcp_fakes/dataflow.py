@@ -16,7 +16,7 @@ from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError, N
 from google.cloud import dataflow_v1beta3
 from google.cloud.dataflow_v1beta3.services.messages_v1_beta3 import pagers
 
-from tests.gcp_fakes.gcs import read_staged_job, write_gcs
+from tests.gcp_fakes.gcs import read_gcs, read_staged_job, write_gcs
 from tests.helpers import ROOT
 
 JobState = dataflow_v1beta3.JobState
@@ -184,6 +184,10 @@ class FakeDataflow:
         # subscription to read.
         program = parameter.parameters.get("gpuflow_job", "")
         assert program in ("llm_inference", "gpu_check"), f"flex_main.py runs no gpuflow job named {program!r}"
+        if self.workers:  # a DAG run on the emulators: Dataflow reads the template file, which names the launcher
+            spec = json.loads(read_gcs(self.workers.env, parameter.container_spec_gcs_path))
+            assert spec["image"] and spec["sdkInfo"]["language"] == "PYTHON", spec
+            self.staged[parameter.container_spec_gcs_path] = spec
         return dataflow_v1beta3.LaunchFlexTemplateResponse(job=self._start(
             parameter.job_name, request.location, parameter.container_spec_gcs_path, request.project_id,
             dict(parameter.environment.additional_user_labels), program=program,

@@ -24,6 +24,7 @@ CONF = {
     "require_gpu": False,  # the DirectRunner "workers" of the fake Dataflow run on this CPU
     "dataflow__poll_interval_s": 0.05,
     "batch__input_wait_s": 0,
+    "launch__mode": "direct",  # Airflow's Beam stages the templates this test reads (the gcp default is flex_template)
 }
 
 

@@ -43,6 +43,9 @@ CONF = {
     "smoke_test__timeout_s": 240,
 }
 
+#: launch.mode direct (the gcp default is flex_template): Airflow's Beam stages the job as a template.
+DIRECT_CONF = {**CONF, "launch__mode": "direct"}
+
 
 @pytest.fixture
 def dag(airflow_db):
@@ -103,11 +106,23 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
     (build,) = [r for n, r in cloud.build.requests if n == "create_build"]
     image = build.build.images[0]
     assert image.startswith(f"us-central1-docker.pkg.dev/{PROJECT}/gpuflow/l4:")
-    # Dataflow: the GPU check (batch) then the streaming job, both from Beam-staged templates, the image on both.
-    launches = cloud.dataflow.calls("launch_template")
-    assert [r.launch_parameters.job_name for r in launches] == [f"{prefix}-gpu-check-us-central1-l4",
-                                                                  f"{prefix}-llm-inference-us-central1-l4"]
-    assert all(r.gcs_path.startswith(f"gs://{BUCKET}/gpuflow/{prefix}/templates/") for r in launches)
+    # Dataflow, in the gcp profile's default launch mode: the GPU check (batch) then the streaming job, each a Flex
+    # Template whose launcher is the worker image itself, so nothing is staged by the Airflow worker's Beam; the
+    # request check passes on what was sent.
+    assert cloud.dataflow.calls("launch_template") == []
+    launches = cloud.dataflow.calls("launch_flex_template")
+    assert [r.launch_parameter.job_name for r in launches] == [f"{prefix}-gpu-check-us-central1-l4",
+                                                               f"{prefix}-llm-inference-us-central1-l4"]
+    for launch in launches:
+        spec_uri = launch.launch_parameter.container_spec_gcs_path
+        assert spec_uri.startswith(f"gs://{BUCKET}/gpuflow/{prefix}/templates/")
+        assert cloud.dataflow.staged[spec_uri]["image"] == image == launch.launch_parameter.environment.sdk_container_image
+    from gpuflow.containers import image_cuda
+    from gpuflow.dataflow_constraints import violations
+    from gpuflow.dataflow_request import from_flex_launch
+
+    config = load_config(CONF["config_file"], CONF)
+    assert violations(from_flex_launch(launches[-1].launch_parameter, image_cuda(config))) == []
     # The smoke test got every answer back from the running pipeline, and cleanup cancelled the job.
     ti = {t.task_id: t for t in run.get_task_instances()}
     assert ti["smoke_test"].xcom_pull(task_ids="smoke_test")["answered"] == 4
@@ -133,8 +148,7 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
     assert {"topic", "subscription"} <= {kind for kind, _, _ in create_calls}  # (the configured bucket exists)
     assert_all_labelled(create_calls, names)
     assert dict(create.custom_job.labels) == names.labels
-    assert [dict(r.launch_parameters.environment.additional_user_labels) for r in launches] == [names.labels] * 2
-    assert all(cloud.dataflow.staged[r.gcs_path]["labels"] == names.labels for r in launches)
+    assert [dict(r.launch_parameter.environment.additional_user_labels) for r in launches] == [names.labels] * 2
     assert f"gpuflow-run-{prefix}" in build.build.tags
 
 
@@ -151,7 +165,7 @@ def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(dag, cloud):
 
 def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(dag, cloud):
     cloud.dataflow.scripts = [BATCH_SUCCEEDS, ZONE_EXHAUSTED, STREAMING_STARTS]
-    conf = {**CONF, "config_file": site_config("gcp-fallback.yaml", CONF["config_file"],
+    conf = {**DIRECT_CONF, "config_file": site_config("gcp-fallback.yaml", CONF["config_file"],
                                                **{"gpu.fallbacks": [{"region": "us-east4"}]})}
     run = dag.test(run_conf=conf)
     assert run.state == DagRunState.SUCCESS, task_states(run)
@@ -181,7 +195,7 @@ def test_quota_taken_by_another_run_after_the_check_stops_the_launch(dag, cloud)
             return regions.get(request)
 
     cloud.regions = TakenAfterTheCheck()
-    run = dag.test(run_conf={**CONF, "worker__max_num_workers": 4})
+    run = dag.test(run_conf={**DIRECT_CONF, "worker__max_num_workers": 4})
     states = task_states(run)
     assert (states["check_quota"], states["launch"], states["cleanup"]) == (
         TaskInstanceState.SUCCESS, TaskInstanceState.FAILED, TaskInstanceState.SUCCESS)
@@ -236,7 +250,7 @@ MODES = {
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(dag, cloud, mode):
     extra, service_options, single_process = MODES[mode]
-    run = dag.test(run_conf={**CONF, **extra})
+    run = dag.test(run_conf={**DIRECT_CONF, **extra})
     assert run.state == DagRunState.SUCCESS, task_states(run)
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 

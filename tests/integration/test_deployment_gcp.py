@@ -26,9 +26,10 @@ JobState = dataflow_v1beta3.JobState
 
 
 def config_of(*overrides):
+    """A persistent deployment in launch.mode direct (Beam-staged updates; a Flex Template update has its own test)."""
     return load_config("configs/gcp.example.yaml", overrides=[
         f"project={GCP_TEST_PROJECT}", f"bucket={BUCKET}", "deployment.mode=persistent", "deployment.name=chat",
-        "dataflow.poll_interval_s=0.001", *overrides])
+        "dataflow.poll_interval_s=0.001", "launch.mode=direct", *overrides])
 
 
 def running(cloud, handle: JobHandle) -> JobHandle:

@@ -102,7 +102,7 @@ def test_the_staged_streaming_job_request(case, bucket, monkeypatch):
 
 
 def test_a_container_python_other_than_the_launchers_is_refused_before_launch(bucket, monkeypatch):
-    config = gcp_config("model.name=google/flan-t5-large", "python_version=3.12")
+    config = gcp_config("model.name=google/flan-t5-large", "python_version=3.12", "launch.mode=direct")
     names = resource_names(config, "gf-reqpy000001")
     fake = FakeGoogleCloud().install(monkeypatch)  # under the provider's hooks
     with pytest.raises(DataflowJobFailed, match="unknown opcode"):

@@ -75,7 +75,7 @@ def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch
     from tests.gcp_fakes import FakeGoogleCloud
 
     overrides = ["project=acme-ml-prod", "gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-standard-8",
-                 "model.dtype=float32"]
+                 "model.dtype=float32", "launch.mode=direct"]
     assert main(["launch-command", "--config", "configs/gcp.example.yaml", "--run-id", "manual__1",
                  *(item for o in overrides for item in ("--set", o))]) == 0
     printed = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
@@ -122,7 +122,7 @@ def test_the_staging_acts_as_the_connections_impersonated_account(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({  # the connection's chain, as a user sets it
         "conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "impersonation_chain": chain}}))
     FakeGoogleCloud().install(monkeypatch)
-    config = load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod"])
+    config = load_config("configs/gcp.example.yaml", overrides=["project=acme-ml-prod", "launch.mode=direct"])
     names = resource_names(config, "gf-0123456789")
     with pytest.raises(RuntimeError, match="stop here"):
         GcpPlatform(config).launch_pipeline(pipeline_argv(config, names), names, "img:1")

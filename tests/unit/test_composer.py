@@ -132,6 +132,22 @@ def test_the_makefile_installs_each_tested_line_as_the_catalog_says_and_the_floo
     assert composer_floor()["packages"] == lines[oldest]["packages"]
 
 
+def test_ci_runs_the_floor_line_from_constraints_a_clone_has():
+    """A clone is enough: every constraints file a tested line names is in the repository, with its source; and CI
+    runs make test, then the floor line."""
+    from gpuflow.catalog import composer_tested_lines, version_tuple
+
+    lines = composer_tested_lines()
+    for spec in lines.values():
+        if spec["constraints"]:
+            path = ROOT / spec["constraints"]
+            assert path.is_file() and not path.is_relative_to(ROOT.parent / "shared"), path
+            assert path.name in (path.parent / "README.md").read_text(), "the README names its source"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    steps = [line for line in ci if line.startswith("make ")]
+    assert steps == ["make test", f"make test-composer LINE={min(lines, key=version_tuple)}"]
+
+
 @pytest.mark.parametrize("syntax", ["glob", "regexp"])
 def test_airflows_plugin_loader_imports_no_gpuflow_module_from_the_deployed_tree(tmp_path, syntax):
     """Airflow's plugin loader imports each .py under plugins/ as a top-level module named after its file. On the tree

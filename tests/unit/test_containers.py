@@ -100,10 +100,13 @@ def test_static_check_catches_each_broken_property(tmp_path, mutate, problem):
 
 
 def test_the_flex_launcher_is_pinned_to_the_configured_tag_never_latest(tmp_path):
-    from gpuflow.containers import FLEX_LAUNCHER
+    from gpuflow.containers import FLEX_LAUNCHER, flex_launcher_problem
 
-    with pytest.raises(ConfigError, match="container.flex_launcher_tag is empty"):
-        render_recipe(gcp_test_config("launch.mode=flex_template"), tmp_path / "a")
+    problem, _ = flex_launcher_problem(gcp_test_config("python_version=3.13"))
+    assert "container.flex_launcher_tag is empty and catalog/images.yaml pins none for Python 3.13" in problem
+    pinned = render_recipe(gcp_test_config(), tmp_path / "pinned").read_text()  # gcp's default mode, the catalog's tag
+    assert (f"COPY --from=gcr.io/dataflow-templates-base/python311-template-launcher-base:20240812-rc01 "
+            f"{FLEX_LAUNCHER} {FLEX_LAUNCHER}") in pinned
     with pytest.raises(ConfigError, match="is latest"):
         render_recipe(gcp_test_config("launch.mode=flex_template", "container.flex_launcher_tag=latest"), tmp_path)
     flex = gcp_test_config("launch.mode=flex_template", "container.flex_launcher_tag=20260101_RC00")

@@ -14,7 +14,7 @@ from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.local import LocalPlatform
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
-from tests.gcp_fakes import FLEX, FakeGoogleCloud, FakeMonitoring, gcp_test_config
+from tests.gcp_fakes import DIRECT, FLEX, FakeGoogleCloud, FakeMonitoring, gcp_test_config
 from tests.helpers import GCP_TEST_PROJECT, first_event
 
 L4 = "type:nvidia-l4;count:1;install-nvidia-driver"
@@ -190,7 +190,7 @@ def test_flex_mode_makes_the_worker_image_its_own_launcher(tmp_path):
     assert parsed.envs["FLEX_TEMPLATE_PYTHON_PY_FILE"] == "/opt/gpuflow/beam_jobs/flex_main.py"
     assert parsed.envs["PYTHONPATH"] == "/opt/gpuflow/beam_jobs"
     assert check_dockerfile(dockerfile, flex) == []
-    direct_dockerfile = render_recipe(gcp_test_config(), tmp_path / "direct")
+    direct_dockerfile = render_recipe(gcp_test_config(*DIRECT), tmp_path / "direct")
     assert "FLEX_TEMPLATE_PYTHON_PY_FILE" not in direct_dockerfile.read_text()
     assert [p for p in check_dockerfile(direct_dockerfile, flex) if "flex_template" in p]
 
@@ -199,8 +199,13 @@ def test_preflight_compares_the_launch_environment_only_in_direct_mode():
     from gpuflow.preflight.environment_rules import launch_environment_matches_container
 
     drifted = ["beam_version=2.60.0", "container.recipe=l4"]
-    assert [f.field for f in launch_environment_matches_container(gcp_test_config(*drifted))] == ["beam_version"]
-    assert list(launch_environment_matches_container(gcp_test_config(*drifted, *FLEX))) == []
+    assert [f.field for f in launch_environment_matches_container(gcp_test_config(*drifted, *DIRECT))] == [
+        "beam_version"]
+    for flex, why in ((gcp_test_config(*drifted), "the gcp profile's default"), (gcp_test_config(*drifted, *FLEX),
+                                                                                "flex_template (launch.mode)")):
+        (said,) = launch_environment_matches_container(flex)
+        assert (said.level, said.field) == ("info", "launch.mode") and "not compared with the lock" in said.problem
+        assert why in said.problem
 
 
 def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypatch, gcp_connection):

@@ -32,7 +32,7 @@ CASES = [
      "torch's CPU build", "CUDA recipe"),
     (lambda: local("beam_version=2.77.0", "container.recipe=vllm"), "worker_recipe", "container.recipe",
      "warning", "needs driver >= 580; nvidia-l4's page asks only for >= 525", "GPU driver"),
-    (lambda: gcp_test_config("project=acme-ml-prod", "launch.mode=flex_template"), "worker_recipe",
+    (lambda: gcp_test_config("project=acme-ml-prod", "python_version=3.13"), "worker_recipe",
      "container.flex_launcher_tag", "error", "is empty", "flex-templates-base-images"),
     (lambda: gcp_test_config("project=acme-ml-prod", "export.container_image=us-docker.pkg.dev/x/my-image:1"),
      "export_lock", "export.container_image", "error", "not one of Vertex AI's prebuilt", "pytorch-cpu"),

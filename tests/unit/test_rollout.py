@@ -59,3 +59,14 @@ def test_pointer_names_sort_by_when_they_were_written():
     names = [pointer_name("m@gf-9", 99.5), pointer_name("m/x@gf-1", 1000.25), pointer_name("m@gf-5", 5.0)]
     assert sorted(names) == [names[2], names[0], names[1]]
     assert names[1] == "0000001000.250000-m_x_gf-1.json"
+
+
+def test_an_empty_launch_mode_is_recorded_as_the_mode_it_resolves_to():
+    """A deployment made before launch.mode was written down, or with it written, is the same job: no replace."""
+    from gpuflow.rollout import job_options
+    from tests.gcp_fakes import gcp_test_config
+
+    assert gcp_test_config().launch.mode is None
+    assert job_options(gcp_test_config())["launch.mode"] == "flex_template" == job_options(
+        gcp_test_config("launch.mode=flex_template"))["launch.mode"]
+    assert job_options(gcp_test_config("launch.mode=direct"))["launch.mode"] == "direct"

@@ -163,6 +163,11 @@ def transformers_torch_floor(transformers_version: str) -> str | None:
     return _load("images")["transformers_torch_floor"]["releases"].get(transformers_version)
 
 
+def flex_launcher_tag(python_version: str) -> str | None:
+    """The pinned tag of the Flex Template launcher image for ``python_version`` (images.yaml's flex_launcher)."""
+    return _load("images")["flex_launcher"]["tags"].get(python_version)
+
+
 def export_image_versions(image_uri: str) -> tuple[str, str] | None:
     """(torch, python) of a Vertex AI prebuilt PyTorch image, read from its name; None for another image."""
     found = re.search(_load("images")["export_images"]["name_pattern"], image_uri)

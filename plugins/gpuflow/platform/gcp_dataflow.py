@@ -151,7 +151,7 @@ class DataflowJobs(GcpService):
     def start_job(self, script: str, argv: list[str], names: ResourceNames, image: str, job_name: str,
                   streaming: bool) -> JobHandle:
         """Stage with Airflow's Beam and start (direct), or start as a Flex Template from the image itself."""
-        if self.config.launch.mode == "flex_template":
+        if self.config.launch_mode == "flex_template":
             return self.start_flex_template(script.removesuffix(".py"), argv, names, image, job_name, streaming)
         template_uri, template = self.stage_template(script, argv, names, image, job_name, streaming)
         return self.start_template(template_uri, template, job_name, names, streaming)
@@ -172,7 +172,7 @@ class DataflowJobs(GcpService):
         Flex Templates: the provider's launch_job_with_flex_template takes the whole body, update fields included."""
         from google.cloud import dataflow_v1beta3
 
-        if self.config.launch.mode == "flex_template":
+        if self.config.launch_mode == "flex_template":
             handle = self.start_flex_template("llm_inference", argv, names, image, job_name, streaming=True,
                                               update=transform_name_mapping)
         else:

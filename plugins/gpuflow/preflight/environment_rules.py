@@ -9,14 +9,20 @@ from collections.abc import Iterator
 from importlib import metadata
 
 from gpuflow.config import GpuflowConfig
-from gpuflow.preflight.findings import Finding, error
+from gpuflow.preflight.findings import Finding, error, info
 
 
 def launch_environment_matches_container(config: GpuflowConfig) -> Iterator[Finding]:
     """The launcher pickles the pipeline; the container must unpickle it with the same Beam and Python.
 
     Only in launch.mode direct: a Flex Template launches from the worker image itself."""
-    if config.launch.mode == "flex_template" and config.traits.dataflow_workers:
+    if config.launch_mode == "flex_template" and config.traits.dataflow_workers:
+        chosen = "launch.mode" if config.launch.mode else "the gcp profile's default launch mode"
+        yield info("launch.mode", f"flex_template ({chosen}): Dataflow stages the job with the worker image's own "
+                   f"Beam {config.beam_version} and Python {config.python_version}, so this environment's Beam is "
+                   "not used and not compared with the lock",
+                   "launch.mode: direct stages it here instead (this environment's Beam and Python must then match "
+                   "the image's)")
         return
     local_python = f"{sys.version_info.major}.{sys.version_info.minor}"
     if local_python != config.python_version:
