@@ -1,4 +1,7 @@
-"""The gpuflow command."""
+"""gpuflow: check a configuration and the environment before a run (preflight), print or check the launch a run
+would send (launch-command), render and list the worker images (render-dockerfile, recipes, images), deploy into
+Cloud Composer (deploy-composer), run the local emulators (emulators), and debug a GPU VM (debug-vm). The DAGs
+themselves run in Airflow: see the README."""
 
 from __future__ import annotations
 
@@ -281,10 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     preflight = commands.add_parser("preflight", help="validate a configuration and the environment")
     _add_config_args(preflight)
     preflight.add_argument("--json", action="store_true", help="machine-readable output")
-    preflight.add_argument("--workflow", choices=["inference", "batch", "dataproc", "maintenance"], default=None,
+    preflight.add_argument("--workflow", choices=["inference", "batch", "dataproc", "maintenance", "quota_report"],
+                           default=None,
                            help="whose rules and needs to check: inference (streaming), batch, dataproc, maintenance "
-                                "(teardown, janitor); default: dataproc when the config has a dataproc section, "
-                                "else inference")
+                                "(teardown, janitor), quota_report (gpu_quota_report); default: dataproc when the "
+                                "config has a dataproc section, else inference")
     preflight.add_argument("--access", action="store_true",
                            help="gcp: also ask Google whether the workflow's APIs are on, the Airflow connection's "
                                 "identity holds their permissions, the workers' service account works, no "
@@ -358,13 +362,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def setup_problem(error: Exception) -> str | None:
+    """A user's setup mistake that reached the command as an exception, said in one line with the command that
+    fixes it; None for anything else (a bug, which keeps its traceback)."""
+    import re
+
+    from airflow.exceptions import AirflowNotFoundException
+    from google.auth.exceptions import DefaultCredentialsError
+
+    if isinstance(error, AirflowNotFoundException):
+        found = re.search(r"conn_id `([^`]+)`", str(error))
+        conn_id = found.group(1) if found else "google_cloud_default"
+        return (f"the Airflow connection {conn_id!r} is not defined here (gcp_conn_id names it). Fix: "
+                f"export AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"google_cloud_platform\"}}' (it then "
+                f"uses your Application Default Credentials), or `airflow connections add {conn_id} --conn-type "
+                "google_cloud_platform`; on Cloud Composer it exists already")
+    if isinstance(error, DefaultCredentialsError):
+        return ("no Google Cloud credentials were found (Application Default Credentials). Fix: "
+                "`gcloud auth application-default login` as yourself, or point GOOGLE_APPLICATION_CREDENTIALS (or the "
+                "connection's key_path) at a service account's key (docs/gcp.md)")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("airflow.configuration", "airflow.settings"):  # "Reading the config from …" at every command
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as error:
         print(str(error), file=sys.stderr)
+        return 1
+    except Exception as error:
+        problem = setup_problem(error)
+        if problem is None:
+            raise
+        print(problem, file=sys.stderr)
         return 1
 
 

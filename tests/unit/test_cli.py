@@ -177,3 +177,61 @@ def test_every_command_and_option_says_what_it_does_and_none_rewrites_the_docs()
     assert silent == []
     assert all(choice.help for choice in subcommands._choices_actions)
     assert {"config-reference", "params-schema"}.isdisjoint(subcommands.choices)  # `make generate` does that
+
+
+# -- a user's setup mistakes: one message with the fix, never a traceback ------------------------------------------
+
+
+def run_as_a_user(tmp_path, *args, cwd=None, **env):
+    """The installed command, in a shell with no Airflow connection and no Google credentials (unless ``env`` gives
+    them), from ``cwd``."""
+    import os
+    from pathlib import Path
+
+    clean = {key: value for key, value in os.environ.items()
+             if not key.startswith("AIRFLOW_CONN_") and key != "GOOGLE_APPLICATION_CREDENTIALS"}
+    clean.update(HOME=str(tmp_path), NO_GCE_CHECK="True", GCE_METADATA_HOST="127.0.0.1:9",
+                 GCE_METADATA_IP="127.0.0.1:9", **env)
+    command = Path(sys.executable).with_name("gpuflow")
+    return subprocess.run([str(command), *args], capture_output=True, text=True, env=clean, cwd=cwd or tmp_path,
+                          timeout=120)
+
+
+GCP_EXAMPLE = str(__import__("tests.helpers", fromlist=["ROOT"]).ROOT / "configs" / "gcp.example.yaml")
+ANONYMOUS_CONNECTION = '{"conn_type": "google_cloud_platform"}'
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["preflight", "--access", "--config", GCP_EXAMPLE], {},
+     "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT='{\"conn_type\": \"google_cloud_platform\"}'"),
+    (["preflight", "--access", "--config", GCP_EXAMPLE],
+     {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": ANONYMOUS_CONNECTION}, "gcloud auth application-default login"),
+    (["deploy-composer", "--environment", "e", "--location", "us-central1", "--dry-run"], {},
+     "the Airflow connection 'google_cloud_default' is not defined"),
+], ids=["no-connection", "no-credentials", "deploy-without-connection"])
+def test_a_missing_connection_or_credentials_is_one_message_with_the_fix(tmp_path, args, env, says):
+    ran = run_as_a_user(tmp_path, *args, **env)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
+    assert says in ran.stderr and "Fix:" in ran.stderr
+    assert "Reading the config from" not in ran.stderr
+
+
+def test_an_invalid_or_relative_config_file_is_read_as_a_user_means_it(tmp_path):
+    (tmp_path / "mine.yaml").write_text("profile: gcp\nmodel:\n  name: [unclosed\n")
+    ran = run_as_a_user(tmp_path, "preflight", "--config-only", "--config", "mine.yaml")
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
+    # resolved against the current directory, named with its line, its text not echoed
+    assert "config file mine.yaml is not valid YAML at line 4, column 1" in ran.stderr  # (only here, in cwd)
+    assert "[unclosed" not in ran.stderr + ran.stdout
+
+
+def test_preflight_offers_every_workflow_the_access_check_and_the_docs_name():
+    from gpuflow.cli import build_parser
+    from gpuflow.preflight.access_rules import WORKFLOW_NEEDS
+    from gpuflow.preflight.rules import ENVIRONMENT_RULES, WORKFLOW_CONFIG_RULES
+
+    preflight = build_parser()._subparsers._group_actions[0].choices["preflight"]
+    (workflow,) = [action for action in preflight._actions if action.dest == "workflow"]
+    assert set(workflow.choices) == set(WORKFLOW_NEEDS) == set(WORKFLOW_CONFIG_RULES) == set(ENVIRONMENT_RULES)
+    assert main(["preflight", "--config", GCP_EXAMPLE, "--set", "project=acme-ml-prod", "--workflow",
+                 "quota_report", "--config-only"]) == 0

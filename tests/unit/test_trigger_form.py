@@ -143,3 +143,22 @@ def test_every_field_names_draft_07_which_its_schema_keeps_to(dag_id):
     for key, param in dag_params(LAYOUTS[dag_id]).items():
         assert validator_for(param.schema) is Draft7Validator, key
         Draft7Validator.check_schema(param.schema)
+
+
+def test_the_docs_give_each_dags_sections_in_the_forms_order():
+    """docs/trigger-form.md says the order the form shows its sections in; each DAG's form follows it."""
+    from gpuflow.trigger_form import dag_form
+    from tests.helpers import ROOT, dag_bag
+
+    text = " ".join((ROOT / "docs" / "trigger-form.md").read_text().split())
+    shared = ["Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching", "Smoke test"]
+    assert "then " + ", ".join(shared[:-1]) + " and " + shared[-1] in text
+    own = {"llm_streaming_inference": "Deployment", "llm_batch_inference": "Batch"}
+    for dag_id, dag in dag_bag().dags.items():
+        sections = list(dag_form(dag).sections)
+        if dag_id in own:
+            assert sections == [own[dag_id], *shared], dag_id
+            assert f"{own[dag_id]} in `{dag_id}`" in text
+        else:
+            (section,) = sections
+            assert f"`{dag_id}` shows {section}" in text, dag_id

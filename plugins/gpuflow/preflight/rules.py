@@ -198,6 +198,7 @@ WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
     "batch": [demo_model_is_local_only, batch_locations_usable, batch_paths_on_gcs],
     "dataproc": [],
     "maintenance": [],
+    "quota_report": [],
 }
 
 #: Workflows that start no Dataflow job, whose configuration rules are their own: the teardown and the janitor start
@@ -205,6 +206,7 @@ WORKFLOW_CONFIG_RULES: dict[str, list[Rule]] = {
 #: (the SDK processes' model copies, the container's CUDA line) would only mislead there.
 OWN_CONFIG_RULES: dict[str, list[Rule]] = {
     "maintenance": [gcp_project_is_real],
+    "quota_report": [gcp_project_is_real],  # it reads quotas, and starts nothing
     "dataproc": [gcp_project_is_real, dataproc_findings],
 }
 
@@ -216,6 +218,7 @@ ENVIRONMENT_RULES: dict[str, list[Rule]] = {
               vllm_runs_here],
     "dataproc": [airflow_at_floor, java_for_local_spark],
     "maintenance": [airflow_at_floor, gcp_connection_defined, emulators_answer],
+    "quota_report": [airflow_at_floor, gcp_connection_defined],
 }
 
 
