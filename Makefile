@@ -102,7 +102,7 @@ COMPOSER_PINS = $(COMPOSER_PINS_$(LINE))
 COMPOSER_CONSTRAINTS = $(COMPOSER_CONSTRAINTS_$(LINE))
 COMPOSER_VENV = .venv-composer-$(LINE)
 COMPOSER_TREE = .composer-tree-$(LINE)
-COMPOSER_TESTS := tests/unit/test_dag_parse.py tests/unit/test_triggers.py tests/integration/test_dag_local.py \
+COMPOSER_TESTS := tests/unit/test_dag_parse.py tests/unit/test_triggers.py tests/unit/test_provider_gaps.py tests/integration/test_dag_local.py \
 	tests/integration/test_dag_batch_local.py tests/integration/test_janitor_local.py \
 	tests/integration/test_dag_quota_report.py tests/integration/test_dag_dataproc.py \
 	tests/integration/test_deployment_local.py tests/integration/test_airflow_live.py

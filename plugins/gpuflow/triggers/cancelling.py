@@ -1,9 +1,8 @@
 """The provider's Vertex AI, Cloud Build and Dataproc batch triggers, with what gpuflow adds: ``on_kill`` and a
 timeout.
 
-Provider gap (apache-airflow-providers-google 22.8.0): ``CustomJobTrigger``, ``CloudBuildCreateBuildTrigger`` and
-``DataprocBatchTrigger`` wait for their job,
-without end, and leave it running when a user kills the deferred task (mark failed, clear). An export on an
+Provider gap (apache-airflow-providers-google 22.8.0 and 22.2.0; ``tests/unit/test_provider_gaps.py``):
+``CustomJobTrigger``, ``CloudBuildCreateBuildTrigger`` and ``DataprocBatchTrigger`` wait for their job, without end, and leave it running when a user kills the deferred task (mark failed, clear). An export on an
 e2-highmem-16, a build on an E2_HIGHCPU_8 machine or a Spark batch on GPU executors would go on billing. So these cancel the job, through the provider's own hooks, when a
 user kills the task, and when the job outlasts the configuration's timeout (export.timeout_s,
 container.build_timeout_s, dataproc.timeout_s): they then end with an error event that says so.
@@ -22,7 +21,7 @@ from airflow.triggers.base import TriggerEvent
 from gpuflow.triggers.kill import stopping_job_when_killed
 from gpuflow.triggers.settle import SETTLE_S, settled
 
-try:  # the provider's (22.8.0); Composer's floor, 22.2.2, has none: gpuflow's copy of it
+try:  # the provider's (22.8.0); Composer's 22.2.0 (the floor) and 22.2.2 have none: gpuflow's copy of it
     from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
 except ImportError:
     from gpuflow.triggers.vertex_custom_job import CustomJobTrigger

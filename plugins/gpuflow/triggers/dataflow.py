@@ -1,11 +1,11 @@
 """Wait for a Dataflow job's workers (or its end, or its stop) in the triggerer, on the provider's AsyncDataflowHook.
 
-Provider gap (apache-airflow-providers-google 22.8.0): its Dataflow triggers (``TemplateJobStartTrigger``,
-``DataflowJobStatusTrigger``) wait for a job state.
-A GPU job is RUNNING long before a worker with a GPU exists, and stays RUNNING while Dataflow retries a zone
-with no free GPUs, so this trigger also reads the job's messages and autoscaling events
-(``gpuflow.platform.dataflow_watch``). Nor do the provider's Dataflow triggers cancel the job when a user kills
-the task (apache/airflow PR #69586, still open, adds that); this one does, in ``on_kill``.
+Provider gap (apache-airflow-providers-google 22.8.0, and Composer's 22.2.0): its Dataflow triggers
+(``TemplateJobStartTrigger``, ``DataflowJobStatusTrigger``) wait for a job state. A GPU job is RUNNING long before a
+worker with a GPU exists, and stays RUNNING while Dataflow retries a zone with no free GPUs, so this trigger also
+reads the job's messages and autoscaling events (``gpuflow.platform.dataflow_watch``). 22.8.0's
+``TemplateJobStartTrigger`` cancels its job on kill (``cancel_on_kill``), 22.2.0's does not; this one does on every
+line, in ``on_kill``. ``tests/unit/test_provider_gaps.py`` checks each of these against the installed provider.
 """
 
 from __future__ import annotations

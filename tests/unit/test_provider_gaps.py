@@ -1,0 +1,106 @@
+"""Every "the provider lacks X" that gpuflow's code states, checked against the installed Google provider: 22.8.0 in
+`make test`, Composer's floor 22.2.0 in `make test-composer LINE=3.1.8`. When a provider release adds the piece,
+its test fails and names the claim and where it is made: use the provider's piece there, and delete the claim."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from importlib import metadata
+
+import pytest
+from airflow.triggers.base import BaseTrigger
+
+PROVIDER = metadata.version("apache-airflow-providers-google")
+
+
+def own_on_kill(cls: type) -> list[str]:
+    """The classes of ``cls``'s MRO, below BaseTrigger, that define on_kill."""
+    return [klass.__qualname__ for klass in cls.__mro__ if klass is not BaseTrigger and "on_kill" in vars(klass)]
+
+
+def parameters(function) -> set[str]:
+    return set(inspect.signature(function).parameters)
+
+
+def trigger(module: str, name: str) -> type | None:
+    return getattr(importlib.import_module(f"airflow.providers.google.cloud.triggers.{module}"), name, None)
+
+
+#: (where the claim is made, the provider's class, its module): triggers that wait without end and do not cancel
+#: their job when the task is killed, so gpuflow adds a timeout and on_kill (triggers/cancelling.py, batch_input.py).
+WAIT_WITHOUT_END = [
+    ("triggers/cancelling.py", "vertex_ai", "CustomJobTrigger"),
+    ("triggers/cancelling.py", "cloud_build", "CloudBuildCreateBuildTrigger"),
+    ("triggers/cancelling.py", "dataproc", "DataprocBatchTrigger"),
+    ("triggers/batch_input.py", "gcs", "GCSBlobTrigger"),
+]
+
+
+@pytest.mark.parametrize(("where", "module", "name"), WAIT_WITHOUT_END, ids=[name for _, _, name in WAIT_WITHOUT_END])
+def test_these_provider_triggers_have_no_on_kill_and_no_timeout(where, module, name):
+    cls = trigger(module, name)
+    if cls is None:
+        assert name == "CustomJobTrigger", f"{name} left the provider {PROVIDER}"  # (the floor's lack: below)
+        return
+    assert own_on_kill(cls) == [], f"provider {PROVIDER}: {name} cancels on kill now; {where} claims it does not"
+    timeouts = {p for p in parameters(cls.__init__) if "timeout" in p}
+    assert timeouts == set(), f"provider {PROVIDER}: {name} takes {timeouts}; {where} claims it has no timeout"
+
+
+def test_the_floor_provider_has_no_custom_job_trigger():
+    """triggers/vertex_custom_job.py copies 22.8.0's CustomJobTrigger for Composer's providers (22.2.0, 22.2.2)."""
+    from gpuflow.catalog import composer_tested_lines
+
+    floor_providers = {line["packages"]["apache-airflow-providers-google"] for line in composer_tested_lines().values()}
+    has_it = trigger("vertex_ai", "CustomJobTrigger") is not None
+    if PROVIDER in floor_providers:
+        assert not has_it, f"provider {PROVIDER} has CustomJobTrigger: triggers/vertex_custom_job.py can go"
+    else:
+        assert has_it, f"provider {PROVIDER} lost CustomJobTrigger, which triggers/cancelling.py takes from it"
+
+
+def test_the_providers_dataflow_triggers_wait_for_a_job_state_only():
+    """triggers/dataflow.py: a GPU job is RUNNING long before a worker has a GPU, so gpuflow's trigger also reads the
+    job's messages and autoscaling events (workers started, zones exhausted); the provider's read neither."""
+    for name in ("TemplateJobStartTrigger", "DataflowJobStatusTrigger", "DataflowStartYamlJobTrigger"):
+        cls = trigger("dataflow", name)
+        if cls is None:
+            continue
+        source = inspect.getsource(cls)
+        assert "list_job_messages" not in source and "autoscaling" not in source.lower(), (
+            f"provider {PROVIDER}: {name} reads job messages now; triggers/dataflow.py claims it does not")
+
+
+def test_the_providers_template_start_trigger_cancels_on_kill_from_22_8():
+    """docs/architecture.md and triggers/dataflow.py say which provider cancels a Dataflow job on kill: 22.8.0's
+    TemplateJobStartTrigger does (cancel_on_kill, on_kill); the floor's 22.2.0 does not."""
+    cls = trigger("dataflow", "TemplateJobStartTrigger")
+    cancels = "cancel_on_kill" in parameters(cls.__init__) and bool(own_on_kill(cls))
+    newer = tuple(int(part) for part in PROVIDER.split(".")[:2]) >= (22, 8)
+    assert cancels == newer, f"provider {PROVIDER}: TemplateJobStartTrigger cancels on kill: {cancels}"
+
+
+def test_the_providers_template_launch_takes_no_update_fields():
+    """platform/gcp_dataflow.py (update_pipeline): launch_job_with_template takes no ``update`` nor
+    ``transformNameMapping``, so a direct launch's update goes through the hook's own client."""
+    from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
+
+    taken = {p for p in parameters(DataflowHook.launch_job_with_template) if "update" in p or "mapping" in p}
+    assert taken == set(), f"provider {PROVIDER}: launch_job_with_template takes {taken} now"
+
+
+def test_the_provider_cannot_read_monitoring_time_series():
+    """platform/gpu_metrics.py: no Cloud Monitoring hook that reads time series, and no Monitoring trigger."""
+    try:
+        hook = importlib.import_module("airflow.providers.google.cloud.hooks.cloud_monitoring")
+    except ModuleNotFoundError:
+        hook = None
+    reads = hook is not None and any(hasattr(cls, "list_time_series") for _, cls in inspect.getmembers(hook,
+                                                                                                        inspect.isclass))
+    assert not reads, f"provider {PROVIDER} reads Monitoring time series now; platform/gpu_metrics.py claims not"
+    import pkgutil
+
+    import airflow.providers.google.cloud.triggers as triggers
+
+    assert not [m.name for m in pkgutil.iter_modules(triggers.__path__) if "monitoring" in m.name]
