@@ -319,6 +319,10 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True, test_
     options.view_as(SetupOptions).save_main_session = save_main_session
     if args.messages_subscription:
         options.view_as(StandardOptions).streaming = True
+        if "DirectRunner" in str(options.view_as(StandardOptions).runner or "DirectRunner"):
+            from direct_runner_pull import shorten_direct_runner_pulls  # the local profile only
+
+            shorten_direct_runner_pulls()
     pipeline = test_pipeline or beam.Pipeline(options=options)
     build_pipeline(pipeline, args, model_handler)
     if test_pipeline is not None:

@@ -23,8 +23,9 @@ def project_needs_markdown() -> str:
             by_role.setdefault(role, []).append(permission)
         roles = "<br>".join(f"`{role}` ({', '.join(permissions)})" for role, permissions in by_role.items())
         lines.append(f"| `{need.name}` | {need.what} | {', '.join(need.apis)} | {roles} | {need.source} |")
-    account, reads, policies = (access_table(section) for section in
-                                ("worker_service_account", "check_reads", "org_policies"))
+    account, build, reads, policies = (access_table(section) for section in
+                                       ("worker_service_account", "build_service_account", "check_reads",
+                                        "org_policies"))
     lines += ["", "The workers' service account (`dataflow.service_account`, else Compute Engine's default one, "
               "`PROJECT_NUMBER-compute@developer.gserviceaccount.com`):", "",
               f"- it holds `{account['worker_role']}`;",
@@ -32,7 +33,13 @@ def project_needs_markdown() -> str:
               f"the bucket (one of {', '.join(f'`{r}`' for r in account['bucket_roles'])}, on the project or the "
               "bucket);",
               f"- the identity Airflow uses holds `{account['act_as']['permission']}` on it "
-              f"(`{account['act_as']['role']}`).", "", f"Source: {' '.join(account['source'].split())}.", "",
+              f"(`{account['act_as']['role']}`). The Vertex AI export runs as this account too (Vertex AI's default "
+              "identity for custom training when none is set).", "", f"Source: {' '.join(account['source'].split())}.",
+              "", "Cloud Build's account (the project's default build service account: "
+              "`gcloud builds get-default-service-account --region=REGION`) holds "
+              + " or ".join(f"`{role}`" for role in build["sufficient_roles"]) + ", or each of: "
+              + "; ".join(f"`{role}` ({what})" for role, what in build["needs"].items()) + ".", "",
+              f"Source: {' '.join(build['source'].split())}.", "",
               "Organization policies that stop workers, read as effective policies:", ""]
     lines += [f"- `{policy['constraint']}`: {' '.join(policy['source'].split())}." for policy in policies.values()]
     lines += ["", "The check itself reads with "

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 DAG_ID = "llm_streaming_inference"
-#: Beam's DirectRunner holds its Pub/Sub pull open up to 30 s on an empty subscription; an answer this late locally
-#: waited for it.
+#: Beam's DirectRunner holds its Pub/Sub pull open up to 30 s on an empty subscription (the local pipeline shortens
+#: it: beam_jobs/direct_runner_pull.py); an answer this late locally waited for it.
 DIRECT_RUNNER_PULL_S = 30.0
 
 
@@ -22,6 +22,11 @@ def straggler_note(answers: list[dict]) -> str | None:
             f"one thread and blocks up to {DIRECT_RUNNER_PULL_S:.0f}s in its Pub/Sub pull once the subscription is "
             "empty, which delays the batching timer of the last prompts of a burst. Dataflow does not (docs/"
             "troubleshooting.md).")
+
+
+def slowest_answer(answers: list[dict]) -> str:
+    slowest = max(answers, key=lambda answer: answer["latency_s"])
+    return f"slowest answer: {slowest['latency_s']:.1f}s (prompt {slowest['id']})"
 
 
 def latest_run_answers(dag_id: str = DAG_ID) -> tuple[str, str, dict | None]:
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if result:
         print(f"{result['answered']}/{result['sent']} prompts answered by the streaming pipeline:\n")
         print(format_answers_table(result["answers"]))
+        if result["answers"]:
+            print(f"\n{slowest_answer(result['answers'])}")
         if note := straggler_note(result["answers"]):
             print(f"\n{note}")
     else:

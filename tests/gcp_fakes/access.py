@@ -27,6 +27,9 @@ WORKER_ROLES = frozenset({"roles/dataflow.worker", "roles/artifactregistry.reade
 PROJECT_NUMBER = "123456789012"
 COMPUTE_DEFAULT_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
 TEST_WORKER_ACCOUNT = f"sa@{GCP_TEST_PROJECT}.iam.gserviceaccount.com"
+#: The legacy Cloud Build service account, with the role Cloud Build grants it (its default in the fakes).
+LEGACY_BUILD_ACCOUNT = f"{PROJECT_NUMBER}@cloudbuild.gserviceaccount.com"
+BUILDER_ROLE = "roles/cloudbuild.builds.builder"
 
 
 def autospec_client(real_class: type, answers: dict[str, Any]):
@@ -66,7 +69,8 @@ class FakeProjectAccess:
     denied: set[str] = field(default_factory=set)  # project permissions the caller lacks
     # service account -> its roles on the project; an account not here does not exist
     accounts: dict[str, set[str]] = field(default_factory=lambda: {
-        COMPUTE_DEFAULT_ACCOUNT: set(WORKER_ROLES), TEST_WORKER_ACCOUNT: set(WORKER_ROLES)})
+        COMPUTE_DEFAULT_ACCOUNT: set(WORKER_ROLES), TEST_WORKER_ACCOUNT: set(WORKER_ROLES),
+        LEGACY_BUILD_ACCOUNT: {BUILDER_ROLE}})
     act_as_denied: set[str] = field(default_factory=set)  # accounts the caller may not act as
     policy_readable: bool = True  # the caller may read the project's IAM policy
     org_policies: dict[str, orgpolicy_v2.Policy] = field(default_factory=dict)  # by constraint name

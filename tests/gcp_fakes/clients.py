@@ -29,7 +29,8 @@ VERTEX_REQUESTS = {"create_custom_job": aiplatform_v1.CreateCustomJobRequest,
                    "get_custom_job": aiplatform_v1.GetCustomJobRequest,
                    "cancel_custom_job": aiplatform_v1.CancelCustomJobRequest}
 CLOUD_BUILD_REQUESTS = {"create_build": cloudbuild_v1.CreateBuildRequest, "get_build": cloudbuild_v1.GetBuildRequest,
-                        "cancel_build": cloudbuild_v1.CancelBuildRequest}
+                        "cancel_build": cloudbuild_v1.CancelBuildRequest,
+                        "get_default_service_account": cloudbuild_v1.GetDefaultServiceAccountRequest}
 
 
 class TypedClient:

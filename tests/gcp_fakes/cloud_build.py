@@ -17,8 +17,10 @@ Importance = dataflow_v1beta3.JobMessageImportance
 class FakeCloudBuild:
     """Cloud Build: QUEUED, WORKING, then SUCCESS (the tag then exists in the fake registry) or FAILURE."""
 
-    def __init__(self, registry: FakeArtifactRegistry, fail_with: str = ""):
+    def __init__(self, registry: FakeArtifactRegistry, fail_with: str = "",
+                 default_account: str = "123456789012@cloudbuild.gserviceaccount.com"):
         self.registry, self.fail_with = registry, fail_with
+        self.default_account = default_account  # what the project's organization settings chose; "" for none
         self.requests: list[tuple[str, Any]] = []
         self.statuses: list[Any] = []
 
@@ -39,6 +41,14 @@ class FakeCloudBuild:
             self.registry.tags.update(create.build.images)
         return cloudbuild_v1.Build(id=request.id, status=state, status_detail=self.fail_with,
                                    log_url="https://console.cloud.google.com/cloud-build/builds/b7e1c0de")
+
+    def get_default_service_account(self, request):
+        assert isinstance(request, cloudbuild_v1.GetDefaultServiceAccountRequest)
+        found = re.fullmatch(r"projects/(?P<project>[^/]+)/locations/[a-z0-9-]+/defaultServiceAccount", request.name)
+        assert found, request.name
+        self.requests.append(("get_default_service_account", request))
+        email = f"projects/{found['project']}/serviceAccounts/{self.default_account}" if self.default_account else ""
+        return cloudbuild_v1.DefaultServiceAccount(name=request.name, service_account_email=email)
 
     def cancel_build(self, request):
         assert isinstance(request, cloudbuild_v1.CancelBuildRequest)

@@ -29,9 +29,14 @@ def storage(monkeypatch):
     return FakeStorageAccess({BUCKET: "US-CENTRAL1"}).install(monkeypatch)
 
 
-def check(*overrides, workflow="inference"):
+def findings(*overrides, workflow="inference"):
     config = gcp_test_config(f"bucket={BUCKET}", *overrides)
     return access_findings(config, workflow, GcpPlatform(config).access_probe())
+
+
+def check(*overrides, workflow="inference"):
+    """The findings that ask for something: the info ones only name who does what."""
+    return [finding for finding in findings(*overrides, workflow=workflow) if finding.level != "info"]
 
 
 def only(findings, field=None, level=None):
@@ -128,9 +133,10 @@ def test_a_worker_account_that_does_not_exist_is_an_error(cloud, storage):
 
 def test_an_unreadable_iam_policy_is_unknown_with_the_command_that_would_tell(cloud, storage):
     cloud.access.policy_readable = False
-    finding = only(check())
-    assert finding.level == "unknown" and not has_errors([finding])
-    assert finding.fix.startswith(f"gcloud projects get-iam-policy {GCP_TEST_PROJECT}")
+    found = check()  # the workers' roles and Cloud Build's account's roles are read from that policy
+    assert {finding.field for finding in found} == {"dataflow.service_account", "container.repository"}
+    assert all(finding.level == "unknown" for finding in found) and not has_errors(found)
+    assert all(finding.fix.startswith(f"gcloud projects get-iam-policy {GCP_TEST_PROJECT}") for finding in found)
 
 
 @pytest.mark.parametrize("policy", [{"deny_all": True}, {"allowed": ("projects/x/zones/z/instances/bastion",)}])
@@ -176,7 +182,7 @@ def test_the_locations_policy_judges_the_region(cloud, storage, allowed, level):
 
 def test_a_bucket_that_is_missing_far_away_or_closed_is_said(cloud, monkeypatch):
     storage = FakeStorageAccess({}).install(monkeypatch)
-    finding = only(check())  # setup creates a configured bucket that is missing, and keeps it
+    finding = only(findings(), field="bucket")  # setup creates a configured bucket that is missing, and keeps it
     assert finding.field == "bucket" and finding.level == "info"
     assert f"gcloud storage buckets create gs://{BUCKET}" in finding.fix
     storage.buckets[BUCKET] = "EUROPE-WEST4"
@@ -236,3 +242,49 @@ def test_preflight_access_on_the_local_profile_says_there_is_nothing_to_read(cap
 
     assert main(["preflight", "--access", "--config-only"]) == 0
     assert "no Google Cloud project to check" in capsys.readouterr().err
+
+
+
+# -- every identity a run uses, named; Cloud Build's account and the check's own APIs -----------------------------
+
+
+def test_the_check_names_every_identity_a_run_uses(cloud, storage):
+    named = {finding.field: finding.problem for finding in findings() if finding.level == "info"}
+    assert "builds run as 123456789012@cloudbuild.gserviceaccount.com" in named["container.repository"]
+    assert "the Vertex AI export runs as Vertex AI's default identity" in named["dataflow.service_account"]
+    named = {f.field: f.problem for f in findings(f"dataflow.service_account={TEST_WORKER_ACCOUNT}") if f.level == "info"}
+    assert f"the Vertex AI export runs as {TEST_WORKER_ACCOUNT}" in named["dataflow.service_account"]
+    asked = [request for name, request in cloud.build.requests if name == "get_default_service_account"]
+    assert [r.name for r in asked] == [f"projects/{GCP_TEST_PROJECT}/locations/us-central1/defaultServiceAccount"] * 2
+
+
+def test_builds_as_the_compute_default_account_without_a_log_writer_role_are_refused_with_the_grants(cloud, storage):
+    """A project whose organization settings build as the Compute Engine default account (since 2024): that account
+    has the workers' roles, not a build's."""
+    cloud.build.default_account = COMPUTE_DEFAULT_ACCOUNT
+    finding = only(check(), field="container.repository")
+    assert finding.level == "error" and f"builds run as {COMPUTE_DEFAULT_ACCOUNT}" in finding.problem
+    assert "roles/logging.logWriter: write the build's logs (CLOUD_LOGGING_ONLY)" in finding.problem
+    granted = re.findall(rf"gcloud projects add-iam-policy-binding {GCP_TEST_PROJECT} "
+                         rf"--member=serviceAccount:{re.escape(COMPUTE_DEFAULT_ACCOUNT)} --role=([^\s;]+)", finding.fix)
+    assert set(granted) == {"roles/logging.logWriter", "roles/storage.objectViewer", "roles/artifactregistry.writer"}
+    cloud.access.accounts[COMPUTE_DEFAULT_ACCOUNT] |= set(granted)  # what the fix does
+    assert check() == []
+
+
+def test_the_export_identity_without_act_as_is_named_in_the_finding(cloud, storage):
+    cloud.access.act_as_denied = {TEST_WORKER_ACCOUNT}
+    finding = only(check(f"dataflow.service_account={TEST_WORKER_ACCOUNT}"), field="dataflow.service_account")
+    assert finding.level == "error" and "the Vertex AI export" in finding.problem
+    assert f"gcloud iam service-accounts add-iam-policy-binding {TEST_WORKER_ACCOUNT}" in finding.fix
+    cloud.access.act_as_denied = set()  # what the fix does
+    assert check(f"dataflow.service_account={TEST_WORKER_ACCOUNT}") == []
+
+
+def test_the_apis_the_check_itself_reads_with_are_asked_for_too(cloud, storage):
+    cloud.access.disabled = {"iam.googleapis.com", "orgpolicy.googleapis.com"}
+    finding = only(check(), level="error")
+    assert "read what this access check reads" in finding.problem
+    assert finding.fix == f"gcloud services enable iam.googleapis.com orgpolicy.googleapis.com --project={GCP_TEST_PROJECT}"
+    cloud.access.disabled = set()
+    assert check() == []

@@ -14,3 +14,10 @@ def test_a_straggler_near_the_pull_timeout_is_explained():
 
 def test_prompt_answers_need_no_note():
     assert straggler_note(answers(2.8, 3.3, 9.0)) is None
+
+
+def test_the_report_names_the_slowest_answer():
+    from gpuflow.demo_report import slowest_answer
+
+    rows = [{**row, "id": f"id-{i}"} for i, row in enumerate(answers(2.8, 4.25, 3.3))]
+    assert slowest_answer(rows) == "slowest answer: 4.2s (prompt id-1)"

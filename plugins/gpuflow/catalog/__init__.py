@@ -194,7 +194,8 @@ def access_needs() -> dict[str, AccessNeed]:
 
 
 def access_table(section: str) -> dict[str, Any]:
-    """One of access.yaml's other sections: worker_service_account, check_reads, org_policies."""
+    """One of access.yaml's other sections: worker_service_account, build_service_account, check_reads,
+    org_policies."""
     return _load("access")[section]
 
 

@@ -107,6 +107,15 @@ class GcpAccessProbe:
             granted |= set(response.permissions)
         return [permission for permission in permissions if permission not in granted]
 
+    def build_account(self) -> str | None:
+        """The service account Cloud Build runs a build as in the region, when the build names none; None: none."""
+        name = f"projects/{self.project}/locations/{self.region}/defaultServiceAccount"
+        answer = self._read("reading Cloud Build's default service account",
+                            f"gcloud builds get-default-service-account --region={self.region} --project={self.project}",
+                            lambda: self.clients.cloud_build(self.region).get_default_service_account(
+                                request={"name": name}))
+        return answer.service_account_email.rsplit("/", 1)[-1] or None  # projects/P/serviceAccounts/EMAIL
+
     def service_account_exists(self, email: str) -> bool:
         client = self._client("iam")
         return self._read(f"reading service account {email}", f"gcloud iam service-accounts describe {email}",

@@ -71,6 +71,13 @@ class GcpClients:
 
         return service_usage_v1.ServiceUsageClient(**self._client_kwargs())
 
+    def cloud_build(self, location: str):
+        """Cloud Build's client as the provider's CloudBuildHook makes it (the hook has no method for the default
+        service account)."""
+        from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
+
+        return CloudBuildHook(gcp_conn_id=self.conn_id).get_conn(location=location)
+
     def projects(self):
         from google.cloud import resourcemanager_v3
 

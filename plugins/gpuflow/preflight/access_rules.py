@@ -68,6 +68,7 @@ class AccessProbe(Protocol):
     def project_number(self) -> str: ...
     def disabled_services(self, services: list[str]) -> list[str]: ...
     def missing_project_permissions(self, permissions: list[str]) -> list[str]: ...
+    def build_account(self) -> str | None: ...  # Cloud Build's default service account in the region
     def service_account_exists(self, email: str) -> bool: ...
     def missing_service_account_permissions(self, email: str, permissions: list[str]) -> list[str]: ...
     def project_roles(self, member: str) -> set[str]: ...
@@ -95,6 +96,10 @@ def access_findings(config: GpuflowConfig, workflow: str, probe: AccessProbe) ->
     ]
     if workflow in DATAFLOW_WORKFLOWS:
         checks += [lambda: worker_service_account(config, probe), lambda: external_ips_allowed(config, probe)]
+    if any(need.name == "build" for need in needs):
+        checks.append(lambda: build_service_account(config, probe))
+    if any(need.name == "export" for need in needs):
+        checks.append(lambda: export_identity(config, probe))
     if workflow in REGIONAL_WORKFLOWS:
         checks.append(lambda: region_allowed(config, probe))
     if config.bucket and any(need.name == "storage" for need in needs):
@@ -125,10 +130,13 @@ def _member_note(probe: AccessProbe) -> str:
 
 
 def apis_enabled(config: GpuflowConfig, needs: list[AccessNeed], probe: AccessProbe) -> Iterator[Finding]:
-    services = sorted({api for need in needs for api in need.apis})
+    """The workflow's APIs, and those this check reads with (off, its other checks could only say unknown)."""
+    own = set(access_table("check_reads")["apis"])
+    services = sorted({api for need in needs for api in need.apis} | own)
     disabled = probe.disabled_services(services)
     if disabled:
-        steps = ", ".join(need.what for need in needs if set(need.apis) & set(disabled))
+        steps = ", ".join([need.what for need in needs if set(need.apis) & set(disabled)]
+                          + (["read what this access check reads"] if own & set(disabled) else []))
         yield error("project", f"APIs not enabled in {config.project}: {', '.join(disabled)} (needed to {steps})",
                     f"gcloud services enable {' '.join(disabled)} --project={config.project}")
 
@@ -172,10 +180,56 @@ def worker_service_account(config: GpuflowConfig, probe: AccessProbe) -> Iterato
         return
     act_as = table["act_as"]
     if probe.missing_service_account_permissions(email, [act_as["permission"]]):
-        yield error(field, f"{_who(probe)} may not launch jobs as {email} (no {act_as['permission']})",
+        yield error(field, f"{_who(probe)} may not launch jobs (the Dataflow workers and the Vertex AI export) as "
+                    f"{email} (no {act_as['permission']})",
                     f"gcloud iam service-accounts add-iam-policy-binding {email} --project={config.project} "
                     f"--member={member(probe)} --role={act_as['role']}" + _member_note(probe))
     yield from _worker_roles(config, probe, email, table)
+
+
+def build_service_account(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Finding]:
+    """The account Cloud Build runs the image build as (gpuflow names none, so the project's default), named, and
+    whether it may write logs, read the context and push the image: else the build fails after the export billed."""
+    table, field = access_table("build_service_account"), "container.repository"
+    email = probe.build_account()
+    if email is None:
+        yield error(field, f"Cloud Build has no default service account in {config.region} for {config.project}",
+                    f"gcloud builds get-default-service-account --region={config.region} --project={config.project}"
+                    " says why; a project's organization settings choose it (docs/gcp.md)")
+        return
+    account = f"serviceAccount:{email}"
+    try:
+        roles = probe.project_roles(account)
+    except AccessUnknown as problem:
+        yield unknown(field, f"builds run as {email}; whether it holds {', '.join(table['needs'])}: {problem.why}",
+                      problem.command)
+        return
+    if roles & set(table["sufficient_roles"]):
+        yield info(field, f"builds run as {email} (Cloud Build's default in {config.region}), which holds "
+                   f"{', '.join(sorted(roles & set(table['sufficient_roles'])))}", "nothing to do")
+        return
+    missing = [role for role in table["needs"] if role not in roles]
+    if not missing:
+        yield info(field, f"builds run as {email} (Cloud Build's default in {config.region})", "nothing to do")
+        return
+    why = "; ".join(f"{role}: {table['needs'][role]}" for role in missing)
+    yield error(field, f"builds run as {email} (Cloud Build's default in {config.region}), which lacks {why}",
+                "; ".join(f"gcloud projects add-iam-policy-binding {config.project} --member={account} --role={role}"
+                          for role in missing))
+
+
+def export_identity(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Finding]:  # noqa: ARG001 - a check
+    """Name the identity the Vertex AI export runs as: the workers' account (``platform.gcp_vertex`` sets it as the
+    custom job's service_account), or Vertex AI's default where none is set."""
+    field = "dataflow.service_account"
+    email = config.dataflow.service_account
+    if not email:
+        yield info(field, "the Vertex AI export runs as Vertex AI's default identity for custom training (no "
+                   "dataflow.service_account; cloud.google.com/vertex-ai/docs/general/custom-service-account)",
+                   f"set {field} to run it, and the workers, as one account you chose")
+        return
+    yield info(field, f"the Vertex AI export runs as {email} ({field}, the workers' account too: the caller's "
+               "iam.serviceAccounts.actAs on it is checked with the workers')", "nothing to do")
 
 
 def _worker_roles(config: GpuflowConfig, probe: AccessProbe, email: str, table: dict) -> Iterator[Finding]:
