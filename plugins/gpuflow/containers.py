@@ -233,13 +233,14 @@ EXPORT_LOCK = "export"
 
 
 def export_image_target(config: GpuflowConfig) -> tuple[str, str]:
-    """(torch, Python) of the export image, read from its name; ConfigError for an image whose name says neither."""
+    """(torch, Python) of the export image, read from its name; ConfigError for an image whose name does not say
+    both (the export's lock is resolved for that Python)."""
     versions = catalog.export_image_versions(config.export.container_image)
-    if versions is None:
+    if versions is None or versions[1] is None:
         raise ConfigError(f"export.container_image {config.export.container_image} is not one of Vertex AI's prebuilt "
                           "PyTorch images (pytorch-cpu.X-Y.pyXY), so gpuflow cannot tell its torch and Python. Fix: "
                           "use one of them, from cloud.google.com/vertex-ai/docs/training/pre-built-containers.")
-    return versions
+    return versions[0], versions[1]
 
 
 def lock_targets(config: GpuflowConfig) -> dict[str, tuple[str, str | None]]:

@@ -37,6 +37,9 @@ class Constraint:
     updated: str
     fields: tuple[str, ...]
     check: Callable[[DataflowRequest], Iterator[str]]
+    #: "google": Dataflow documents it, and a request that breaks it is not sent. "gpuflow": gpuflow's own choice
+    #: where Google allows more; a request that breaks it is sent, with a warning that says why gpuflow chose it.
+    by: str = "google"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class Violation:
 
     def __str__(self) -> str:
         c = self.constraint
+        if c.by == "gpuflow":
+            return f"{self.problem} [{c.name}, gpuflow's policy: {c.states} ({c.source})]"
         return f"{self.problem} [{c.name}: {c.source} says {c.states!r} ({c.updated})]"
 
 
@@ -75,11 +80,13 @@ def _streaming_right_fitting(request: DataflowRequest) -> Iterator[str]:
         return
     if "enable_streaming_rightfitting" not in request.experiments:
         yield f"the streaming {request.kind} has an accelerator hint but not --experiments=enable_streaming_rightfitting"
-    if request.max_workers is not None and request.max_workers <= 1:
-        yield f"the streaming {request.kind} has an accelerator hint and at most {request.max_workers} worker: no " \
-              "horizontal autoscaling"
     if request.autoscaling_algorithm == "AUTOSCALING_ALGORITHM_NONE":
         yield f"the streaming {request.kind} has an accelerator hint and autoscaling turned off"
+
+
+def _streaming_right_fitting_one_worker(request: DataflowRequest) -> Iterator[str]:
+    if request.streaming and request.hints and request.max_workers is not None and request.max_workers <= 1:
+        yield f"the streaming {request.kind} has an accelerator hint and at most {request.max_workers} worker"
 
 
 def _mps_limits(request: DataflowRequest) -> Iterator[str]:
@@ -144,12 +151,17 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     Constraint("right-fitting-no-worker-accelerator", "When you use right fitting, don't use the worker_accelerator "
                "service option", RIGHT_FITTING, READ, ("service_options", "hints"),
                _right_fitting_without_worker_accelerator),
-    Constraint("right-fitting-gpu-step", "resource hints target specific pipeline steps: gpuflow puts the accelerator "
-               "only on the step that uses the GPU", RIGHT_FITTING, READ, ("hints",), _hint_on_the_gpu_step_only),
+    Constraint("right-fitting-gpu-step", "the accelerator hint only on the step that uses the GPU, so that the other "
+               "steps run on CPU workers (the right-fitting page also allows a pipeline-wide hint)", RIGHT_FITTING,
+               READ, ("hints",), _hint_on_the_gpu_step_only, by="gpuflow"),
     Constraint("streaming-right-fitting", "Right fitting is supported with streaming pipelines with horizontal "
                "autoscaling enabled. You can enable it by setting the --experiments=enable_streaming_rightfitting "
                "pipeline option", RIGHT_FITTING, READ,
-               ("streaming", "hints", "experiments", "max_workers", "autoscaling_algorithm"), _streaming_right_fitting),
+               ("streaming", "hints", "experiments", "autoscaling_algorithm"), _streaming_right_fitting),
+    Constraint("streaming-right-fitting-one-worker", "more than one worker for streaming right fitting: with one at "
+               "most, horizontal autoscaling has nothing to scale (Google's way to turn it off is "
+               "--autoscaling_algorithm=NONE, checked above)", f"{RIGHT_FITTING}; {AUTOSCALING}", READ,
+               ("streaming", "hints", "max_workers"), _streaming_right_fitting_one_worker, by="gpuflow"),
     Constraint("mps-limits", "MPS is supported only on workers that use a single GPU; it shares one GPU between the "
                "SDK processes of a worker", MPS, READ, ("gpu asks", "experiments"), _mps_limits),
     Constraint("gpu-machine-family", "each GPU type attaches to its own machine family and counts (gpuflow's table, "
@@ -163,19 +175,35 @@ CONSTRAINTS: tuple[Constraint, ...] = (
                _l4_minimums),
     Constraint("custom-container", "provide an image with the GPU libraries with the sdk_container_image pipeline "
                "option (Runner v2)", GUIDE_000, READ, ("gpu asks", "image"), _custom_container),
-    Constraint("streaming-engine", "streaming autoscaling runs on Streaming Engine; Beam's Python DataflowRunner turns "
-               "it on for every streaming job (Dataflow Portable Runner only supports Streaming Engine)",
-               f"{AUTOSCALING}; apache_beam/runners/dataflow/dataflow_runner.py (Beam 2.77)", READ,
-               ("streaming", "streaming_engine"), _streaming_engine),
+    Constraint("streaming-engine", "Streaming only supports using Dataflow Portable Runner (aka unified worker, runner "
+               "v2). Dataflow Portable Runner only supports using streaming engine (aka windmill service)",
+               "apache_beam/runners/dataflow/dataflow_runner.py (Beam 2.77), which therefore turns Streaming Engine "
+               "on for every streaming Python job", "Beam 2.77.0's source", ("streaming", "streaming_engine"),
+               _streaming_engine),
 )
 
 
 def violations(request: DataflowRequest) -> list[Violation]:
+    """What the request breaks of Google's documented rules (each stops the launch)."""
+    return [v for v in _all_violations(request) if v.constraint.by == "google"]
+
+
+def policy_warnings(request: DataflowRequest) -> list[Violation]:
+    """What the request breaks of gpuflow's own policies, where Google allows more (each a warning)."""
+    return [v for v in _all_violations(request) if v.constraint.by == "gpuflow"]
+
+
+def _all_violations(request: DataflowRequest) -> list[Violation]:
     return [Violation(constraint, problem) for constraint in CONSTRAINTS for problem in constraint.check(request)]
 
 
 def enforce(request: DataflowRequest) -> DataflowRequest:
-    """Raise before the request is sent when it breaks any constraint; every broken one is named."""
+    """Raise before the request is sent when it breaks any of Google's rules, every broken one named; log each of
+    gpuflow's policies it breaks."""
+    import logging
+
+    for warning in policy_warnings(request):
+        logging.getLogger(__name__).warning("the %s is sent although %s", request.kind, warning)
     broken = violations(request)
     if broken:
         raise DataflowRequestRejected(f"gpuflow did not send the {request.kind}; Dataflow documents that it would "

@@ -53,6 +53,13 @@ def broken_by(request) -> set[str]:
     return {violation.constraint.name for violation in violations(request)}
 
 
+def warned_by(request) -> set[str]:
+    """gpuflow's own policies the request breaks: sent anyway, with a warning."""
+    from gpuflow.dataflow_constraints import policy_warnings
+
+    return {violation.constraint.name for violation in policy_warnings(request)}
+
+
 def edited(job, edit):
     job = copy.deepcopy(job)
     edit(job["environment"])
@@ -83,8 +90,8 @@ def test_right_fitting_streaming_request_passes_and_each_change_that_breaks_a_co
     }
     for name, changed in changes.items():
         assert name in broken_by(from_staged_job(changed, proto, image_cuda=12)), name
-    one_worker = edited(job, lambda e: pool(e)["autoscalingSettings"].update(maxNumWorkers=1))
-    assert "streaming-right-fitting" in broken_by(from_staged_job(one_worker, proto))
+    one_worker = from_staged_job(edited(job, lambda e: pool(e)["autoscalingSettings"].update(maxNumWorkers=1)), proto)
+    assert broken_by(one_worker) == set() and warned_by(one_worker) == {"streaming-right-fitting-one-worker"}
 
     # The hint itself, as the pipeline proto carries it.
     (hint,) = set(staged.hints.values())
@@ -94,9 +101,10 @@ def test_right_fitting_streaming_request_passes_and_each_change_that_breaks_a_co
     wrong_machine = dataclasses.replace(staged, hints={step: hint.replace("g2-standard-8", "n1-standard-8")
                                                        for step in staged.hints})
     old_cuda = dataclasses.replace(staged, image_cuda=11)
-    for name, changed in {"right-fitting-gpu-step": elsewhere, "install-nvidia-driver": no_driver,
-                          "gpu-machine-family": wrong_machine, "l4-minimums": old_cuda}.items():
+    for name, changed in {"install-nvidia-driver": no_driver, "gpu-machine-family": wrong_machine,
+                          "l4-minimums": old_cuda}.items():
         assert name in broken_by(changed), name
+    assert warned_by(elsewhere) == {"right-fitting-gpu-step"} and "right-fitting-gpu-step" not in broken_by(elsewhere)
 
     # The template launch's environment on top of the staged job: its machine type restates the pool, so Prime
     # with it is refused too.

@@ -150,6 +150,8 @@ def test_a_policy_forbidding_external_ips_wants_private_workers_on_a_subnetwork_
     subnet = "regions/us-central1/subnetworks/workers"
     cloud.access.subnetworks["workers"] = False
     finding = only(check("dataflow.use_public_ips=false", f"dataflow.subnetwork={subnet}"))
+    # a warning, not an error: Private Service Connect is Google's other documented route
+    assert finding.level == "warning" and "Private Service Connect" in finding.problem
     assert "--enable-private-ip-google-access" in finding.fix
     cloud.access.subnetworks["workers"] = True  # what the fix does
     assert check("dataflow.use_public_ips=false", f"dataflow.subnetwork={subnet}") == []

@@ -39,6 +39,10 @@ CASES = [
     (lambda: gcp_test_config("project=acme-ml-prod",
                              "export.container_image=us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-4.py311:latest"),
      "export_lock", "export.container_image", "error", "runs Python 3.11", "make lock"),
+    # guide 002's own export image: an older name without .pyXY, so its Python is unknown (a warning, not a refusal)
+    (lambda: gcp_test_config("project=acme-ml-prod",
+                             "export.container_image=us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest"),
+     "export_lock", "export.container_image", "warning", "gives no Python", "pytorch-cpu.X-Y.pyXY"),
     (lambda: gcp_test_config("project=acme-ml-prod", "export.pip_packages=['transformers>=4.40']"), "export_lock",
      "export.pip_packages", "warning", "not pinned", "name==version"),
 ]

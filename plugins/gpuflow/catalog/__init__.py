@@ -168,12 +168,14 @@ def flex_launcher_tag(python_version: str) -> str | None:
     return _load("images")["flex_launcher"]["tags"].get(python_version)
 
 
-def export_image_versions(image_uri: str) -> tuple[str, str] | None:
-    """(torch, python) of a Vertex AI prebuilt PyTorch image, read from its name; None for another image."""
+def export_image_versions(image_uri: str) -> tuple[str, str | None] | None:
+    """(torch, python) of a Vertex AI prebuilt PyTorch image, read from its name (python None where the name has no
+    .pyXY, as older images); None for another image."""
     found = re.search(_load("images")["export_images"]["name_pattern"], image_uri)
     if not found:
         return None
-    return f"{found['torch_major']}.{found['torch_minor']}", f"{found['py_major']}.{found['py_minor']}"
+    python = f"{found['py_major']}.{found['py_minor']}" if found["py_major"] else None
+    return f"{found['torch_major']}.{found['torch_minor']}", python
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ T = TypeVar("T")
 
 #: Service Usage's services:batchGet "can get a maximum of 30 services at a time" (its BatchGetServicesRequest.names).
 BATCH_GET_MAX = 30
-#: testIamPermissions takes at most 100 permissions per call (Resource Manager's projects.testIamPermissions).
+#: The permissions gpuflow asks about in one testIamPermissions call: gpuflow's own chunk size (Resource Manager's
+#: projects.testIamPermissions page states no limit; the workflows ask for fewer than this anyway).
 TEST_PERMISSIONS_MAX = 100
 
 

@@ -316,9 +316,10 @@ def external_ips_allowed(config: GpuflowConfig, probe: AccessProbe) -> Iterator[
         yield error("dataflow.subnetwork", f"{config.dataflow.subnetwork} does not exist in {config.region}",
                     f"gcloud compute networks subnets list --filter=region:{config.region} --project={config.project}"
                     ", and set dataflow.subnetwork to one of them")
-    elif not private_access:
-        yield error("dataflow.subnetwork", f"{config.dataflow.subnetwork} has no Private Google Access, so workers "
-                    "without external IPs cannot reach Google's APIs",
+    elif not private_access:  # a warning: Private Service Connect is the other documented way to reach them
+        yield warning("dataflow.subnetwork", f"{config.dataflow.subnetwork} has no Private Google Access, so workers "
+                      "without external IPs reach Google's APIs only if the network has another route to them "
+                      "(Private Service Connect: docs.cloud.google.com/vpc/docs/private-service-connect)",
                     f"gcloud compute networks subnets update {config.dataflow.subnetwork.rsplit('/', 1)[-1]} "
                     f"--region={config.region} --project={config.project} --enable-private-ip-google-access")
 

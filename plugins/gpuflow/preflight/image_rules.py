@@ -91,7 +91,7 @@ def export_lock(config: GpuflowConfig) -> Iterator[Finding]:
     versions = catalog.export_image_versions(image)
     if versions is None:
         yield error("export.container_image", f"{image} is not one of Vertex AI's prebuilt PyTorch images, so "
-                    "gpuflow cannot tell its torch and Python", "use a pytorch-cpu.X-Y.pyXY image from "
+                    "gpuflow cannot tell its torch", "use a pytorch-cpu.X-Y.pyXY image from "
                     "cloud.google.com/vertex-ai/docs/training/pre-built-containers")
         return
     torch, python = versions
@@ -100,7 +100,12 @@ def export_lock(config: GpuflowConfig) -> Iterator[Finding]:
     except LockError as problem:
         yield error("export.container_image", str(problem), "run `make lock`")
         return
-    if lock.python != python:
+    if python is None:  # gpuflow's check, not Google's rule: a warning
+        yield warning("export.container_image", f"{image}'s name gives no Python (an older prebuilt image), so "
+                      f"gpuflow cannot check that docker/locks/export.lock (Python {lock.python}) installs there",
+                      "use a pytorch-cpu.X-Y.pyXY image from cloud.google.com/vertex-ai/docs/training/"
+                      "pre-built-containers, whose name says its Python")
+    elif lock.python != python:
         yield error("export.container_image", f"{image} runs Python {python}, and docker/locks/export.lock is "
                     f"resolved for Python {lock.python}", "run `make lock` (it reads the export image's Python)")
     for problem in transformers_problems(lock, image_torch=torch):
