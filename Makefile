@@ -12,7 +12,7 @@ PIP_QUIET := { grep -v '^WARNING: Location' || true; }
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv demo test test-unit test-integration test-live test-composer lint docs generate bench clean \
+.PHONY: help venv demo test pictures test-unit test-integration test-live test-composer lint docs generate bench clean \
 	deploy-composer deploy-composer-usage browser lock images-check
 
 # `make` alone says what each target does: the text after `##` on a target's line.
@@ -58,9 +58,9 @@ images-check: venv ## install each image lock dry-run, as pip would inside the i
 lint: venv ## ruff
 	$(BIN)/ruff check .
 
-docs: venv ## the pages in docs/ as a site in site/ (MkDocs, Material); a broken link or page is an error
+docs: venv ## the pages in docs/ as a site in build/docs-site/ (MkDocs, Material); a broken link or page is an error
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
-	@echo "docs: site/index.html"
+	@echo "docs: build/docs-site/index.html"
 
 # The configuration reference, the trigger form's schema, and the generated blocks of docs/gcp.md and docs/gpus.md
 # (gpuflow.generated). A test fails when one is stale.
@@ -85,7 +85,17 @@ $(CHROMIUM):
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
 
 test: venv lint docs browser ## everything: lint, the docs site, then every test (unit, integration, live); 21 to 24 minutes
+	@mkdir -p tests/artifacts && rm -f tests/artifacts/git-status-before && \
+	  if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then \
+	  git status --porcelain > tests/artifacts/git-status-before; fi
 	$(BIN)/python -m pytest -n 2 --dist worksteal
+	@if [ -f tests/artifacts/git-status-before ]; then git status --porcelain | \
+	  diff -u tests/artifacts/git-status-before - || { echo "make test changed the tree (above): a test must write \
+	  under tests/artifacts/ or a temporary folder"; exit 1; }; fi
+
+pictures: venv browser ## refresh the trigger form's pictures in docs/ (the browser test, writing there)
+	GPUFLOW_DOCS_PICTURES=docs $(BIN)/python -m pytest -p no:cacheprovider \
+	  "tests/integration/test_airflow_live.py::test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run"
 
 # Cloud Composer's lines that gpuflow runs on (plugins/gpuflow/catalog/composer.yaml, tested_lines; a test keeps the
 # pins below equal to it): LINE=3.3.1 (the newest; default) or LINE=3.1.8 (the floor). Each gets a venv of its own:
@@ -141,4 +151,4 @@ deploy-composer-usage:
 	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [PROJECT=project] [CONFIG=my-gcp.yaml] [DRY_RUN=1]"; exit 2; }
 
 clean: ## remove the demo's Airflow home, the docs site and the tool caches
-	rm -rf $(DEMO_HOME) site .pytest_cache .ruff_cache
+	rm -rf $(DEMO_HOME) build/docs-site .pytest_cache .ruff_cache

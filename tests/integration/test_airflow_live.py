@@ -2,6 +2,7 @@
 scheduler (LocalExecutor) from DAGs parsed by the real dag-processor, with the real triggerer holding the deferred
 waits, on the local profile's emulators."""
 
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -178,9 +179,13 @@ def test_the_api_refuses_requests_without_a_token(airflow_live):
 
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
-#: The pictures of the trigger form in docs/trigger-form.md: this test takes them, so they show the form as it is.
-DOCS = ROOT / "docs"  # in Composer's layout (make test-composer) the pictures land in a docs/ of their own
-DOCS.mkdir(exist_ok=True)
+#: Where this test puts its pictures of the trigger form: tests/artifacts/ (ignored by git), so that a test run
+#: leaves the tree as it found it; `make pictures` sets GPUFLOW_DOCS_PICTURES=docs to refresh those that
+#: docs/trigger-form.md shows.
+DOCS = Path(os.environ.get("GPUFLOW_DOCS_PICTURES") or ARTIFACTS)
+if not DOCS.is_absolute():
+    DOCS = ROOT / DOCS
+DOCS.mkdir(parents=True, exist_ok=True)
 CHROMIUM = "/usr/bin/chromium"
 
 

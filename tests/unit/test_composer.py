@@ -170,3 +170,12 @@ print(json.dumps(sorted(name for name in set(sys.modules) - before
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert [name for name in loaded if not name.startswith("gpuflow")] == [], loaded
+
+
+def test_no_make_target_and_no_docs_build_touches_the_site_folder():
+    """site/ holds the deployment's configuration files (gpuflow.paths.site_dir): the docs site is built elsewhere,
+    and `make clean` leaves it alone."""
+    site_dir = re.search(r"^site_dir:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M).group(1)
+    assert site_dir.split("/")[0] != "site", site_dir
+    makefile = (ROOT / "Makefile").read_text()
+    assert not re.search(r"rm -rf[^\n]*\ssite(\s|$)", makefile)
