@@ -86,14 +86,19 @@ class LiveAirflow:
             time.sleep(1)
         raise TimeoutError(f"the api-server did not answer within {timeout_s}s: {self.log_tail('api-server')}")
 
-    def start_process(self, name: str, env: dict[str, str]) -> None:
+    def start_process(self, name: str, env: dict[str, str] | None = None) -> None:
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-        self.processes[name] = subprocess.Popen([sys.executable, "-m", "airflow", name], env=env, stdout=log,
+        self.processes[name] = subprocess.Popen([sys.executable, "-m", "airflow", name], env=env or self.env(),
+                                                stdout=log,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
 
     def restart(self, name: str) -> None:
-        """Stop one process as Kubernetes stops a pod that Composer moves (SIGTERM to the container's main process,
-        SIGKILL after a grace period), and start another."""
+        """Stop one process as Kubernetes stops a pod that Composer moves, and start another."""
+        self.stop_process(name)
+        self.start_process(name, self.env())
+
+    def stop_process(self, name: str) -> None:
+        """SIGTERM to the process (a container's main process), SIGKILL to what is left after a grace period."""
         from gpuflow.emulators import stop_process_group
 
         process = self.processes[name]
@@ -102,6 +107,14 @@ class LiveAirflow:
             process.wait(timeout=30)
         finally:
             stop_process_group(process.pid, grace_s=5)  # what the main process left behind, as the pod's end does
+
+    def kill_and_replace(self, name: str) -> None:
+        """SIGKILL one process and everything it started (a pod lost without notice), then start another."""
+        import signal
+
+        process = self.processes[name]
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
         self.start_process(name, self.env())
 
     def log_tail(self, name: str, lines: int = 40) -> str:

@@ -117,6 +117,57 @@ def test_a_deferred_launch_marked_failed_stops_its_pipeline_once(airflow_live, l
     assert logs().count(KILLED) == 1, logs()[-4000:]
 
 
+def wait_until_the_answers_are_in(emulators, subscription: str, count: int, timeout_s: float = 300) -> None:
+    """Look into the run's answers subscription without taking anything: each message pulled is handed back at once
+    (its ack deadline set to 0), so the next pull, the trigger's, gets it."""
+    from google.cloud import pubsub
+
+    os.environ.setdefault("PUBSUB_EMULATOR_HOST", emulators["PUBSUB_EMULATOR_HOST"])
+    client = pubsub.SubscriberClient()
+    path = client.subscription_path("gpuflow-local", subscription)
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < count:
+        assert time.monotonic() < deadline, f"{len(seen)}/{count} answers on {subscription}"
+        response = client.pull(subscription=path, max_messages=100, return_immediately=True)
+        if response.received_messages:
+            seen |= {m.message.message_id for m in response.received_messages}
+            client.modify_ack_deadline(subscription=path, ack_ids=[m.ack_id for m in response.received_messages],
+                                       ack_deadline_seconds=0)
+        else:
+            time.sleep(0.5)
+
+
+def test_a_triggerer_killed_while_the_smoke_test_holds_answers_loses_none(airflow_live, local_config, emulators):
+    """The smoke test's trigger has pulled every answer and logged it, and its triggerer is SIGKILLed before the
+    event reaches the task: nothing had been acknowledged, so Pub/Sub resends the answers after their ack deadline
+    to the next triggerer's trigger, and the run succeeds at the smoke test's first try, each prompt answered once.
+    (The answers are let in while no triggerer runs, so the first trigger has them all at its first pull and holds
+    its event for the settle time: the kill lands in that window.)"""
+    from gpuflow.naming import run_prefix
+
+    run_id = trigger_run(airflow_live, local_config)
+    airflow_live.wait_for_task_state(DAG_ID, run_id, "smoke_test", "deferred", timeout_s=600)
+    airflow_live.stop_process("triggerer")
+    wait_until_the_answers_are_in(emulators, f"{run_prefix(DAG_ID, run_id)}-responses-sub", 4)
+    airflow_live.start_process("triggerer")
+    deadline = time.monotonic() + 120
+    while "answered 4/4" not in trigger_logs(airflow_live, run_id, "smoke_test"):
+        assert time.monotonic() < deadline, airflow_live.log_tail("triggerer")
+        time.sleep(0.1)
+    airflow_live.kill_and_replace("triggerer")
+
+    run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=600)
+    smoke = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test").json()
+    assert run["state"] == "success" and smoke["try_number"] == 1, (run, smoke)
+    logs = trigger_logs(airflow_live, run_id, "smoke_test")
+    assert logs.count("answered 4/4") >= 2 and logs.count("Trigger fired event") == 1, logs[-3000:]
+    xcom = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
+                                   "return_value", params={"deserialize": True}).json()["value"]
+    ids = [row["id"] for row in xcom["answers"]]
+    assert xcom["answered"] == xcom["sent"] == len(ids) == len(set(ids)) == 4, xcom
+
+
 def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_config):
     airflow_live.wait_for_dag(DAG_ID)
     answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",

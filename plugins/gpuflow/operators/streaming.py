@@ -10,6 +10,7 @@ from airflow.sdk import Asset, BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import (
+    RESUME_KEY,
     ROLLOUT_KEY,
     GpuflowStepOperator,
     config_from_params,
@@ -318,11 +319,25 @@ class SmokeTestOperator(GpuUsageCheck):
     def resume_step(self, config, names, platform, context, event, smoke=None, **carry):
         if smoke is None:  # back from the GPU-usage wait
             return super().resume_step(config, names, platform, context, event, **carry)
-        from gpuflow.steps.smoke import SmokeRound, SmokeTestFailed, publish_round, record_answers, smoke_test_result
+        from gpuflow.steps.smoke import (
+            SmokeRound,
+            SmokeTestFailed,
+            acknowledge,
+            another_round_due,
+            failed_pull,
+            publish_round,
+            record_answers,
+            smoke_test_result,
+        )
 
         state = SmokeRound.model_validate(smoke)
+        acks = record_answers(state, event)
+        # Kept first (the task's XCom), acknowledged second: a triggerer that died before this point lost nothing.
+        context["ti"].xcom_push(key=RESUME_KEY, value={"smoke": state.model_dump(mode="json")})
+        acknowledge(config, platform.conn_id, acks)
         try:
-            if record_answers(state, event):
+            failed_pull(event)
+            if another_round_due(state):
                 time.sleep(min(config.deployment.refresh_interval_s, 10))  # the job's time to switch versions
                 publish_round(config, names, platform.conn_id, state)
                 self._wait_for_answers(context, config, names, state)

@@ -15,6 +15,14 @@ from gpuflow.naming import ResourceNames
 log = logging.getLogger(__name__)
 
 
+#: The prompts subscription's ack deadline (seconds): Dataflow's reader acknowledges what it has taken in.
+PROMPTS_ACK_DEADLINE_S = 60
+#: The answers' and dead letters' subscriptions' ack deadline: Pub/Sub's minimum, 10 s ("The minimum custom deadline
+#: you can specify is 10 seconds", Subscription.ack_deadline_seconds in google-cloud-pubsub's pubsub_v1 types), after
+#: which "Pub/Sub waits for the subscriber to acknowledge receipt before resending the message".
+ANSWERS_ACK_DEADLINE_S = 10
+
+
 def _hooks(conn_id: str):
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
@@ -114,9 +122,12 @@ def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
         for topic in topics:
             pubsub_hook.create_topic(topic=topic, project_id=config.project, labels=names.labels)
         for subscription, topic in subscriptions.items():
-            # Created before the pipeline starts, so no prompt published early is lost.
+            # Created before the pipeline starts, so no prompt published early is lost. The smoke test's own
+            # subscriptions get the shortest ack deadline: what a trigger pulled but its task had not kept comes
+            # back that soon after a triggerer restart (gpuflow.triggers.answers).
+            deadline = PROMPTS_ACK_DEADLINE_S if subscription == names.prompts_subscription else ANSWERS_ACK_DEADLINE_S
             pubsub_hook.create_subscription(topic=topic, subscription=subscription, project_id=config.project,
-                                            ack_deadline_secs=60, labels=names.labels)
+                                            ack_deadline_secs=deadline, labels=names.labels)
     except Exception:
         log.exception("setup failed; removing what it created")
         delete_resources(config, names, conn_id, pubsub)

@@ -124,18 +124,53 @@ def publish_round(config: GpuflowConfig, names: ResourceNames, conn_id: str, sta
              if state.expect_version else "")
 
 
-def record_answers(state: SmokeRound, event: dict[str, Any]) -> bool:
-    """Take in what the trigger pulled; True when another round is due (a rollout whose new version has not
-    answered yet, with time left and no dead letter)."""
-    for prompt_id, answer in (event.get("answers") or {}).items():
-        known = state.answers.get(prompt_id)
-        # A prompt may be answered twice while a replacement overlaps the old job: the new version's answer stays.
-        if not (known and state.expect_version and known["model"] == state.expect_version):
-            state.answers[prompt_id] = answer
-    state.dead_letters.update(event.get("dead_letters") or {})
+def keep_answer(known: dict[str, Any] | None, new: dict[str, Any], expect_version: str | None) -> dict[str, Any]:
+    """The one rule for a prompt answered twice (a replacement job overlapping the old one, a redelivered answer):
+    in a rollout, the new version's answer, whichever came first; otherwise the first that came."""
+    if known is None:
+        return new
+    if expect_version and new["model"] == expect_version and known["model"] != expect_version:
+        return new
+    return known
+
+
+def record_answers(state: SmokeRound, event: dict[str, Any]) -> dict[str, list[str]]:
+    """Take in, in arrival order, what the trigger pulled; returns the ack ids of all of it by subscription, for
+    the task to acknowledge once ``state`` is kept (nothing was acknowledged before)."""
+    acks: dict[str, list[str]] = {}
+    for entry in event.get("received") or []:
+        prompt_id = entry["id"]
+        if entry["kind"] == "dead_letter":
+            state.dead_letters.setdefault(prompt_id, entry["error"])
+        else:
+            answer = {key: entry[key] for key in ("answer", "latency_s", "batch_size", "model")}
+            state.answers[prompt_id] = keep_answer(state.answers.get(prompt_id), answer, state.expect_version)
+        acks.setdefault(entry["subscription"], []).extend(entry["ack_ids"].values())
+    return acks
+
+
+def acknowledge(config: GpuflowConfig, conn_id: str, acks: dict[str, list[str]]) -> None:
+    """Acknowledge what the task has kept. An ack id that expired meanwhile only means Pub/Sub resends that
+    message; the next wait of this task sees it as already answered."""
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
+
+    hook = PubSubHook(gcp_conn_id=conn_id)
+    for subscription, ack_ids in acks.items():
+        try:
+            hook.acknowledge(subscription=subscription, project_id=config.project, ack_ids=ack_ids)
+        except Exception as error:  # kept already: a failed ack costs a redelivery, never an answer
+            log.warning("acknowledging %d message(s) on %s failed (%s): Pub/Sub will resend them", len(ack_ids),
+                        subscription, error)
+
+
+def failed_pull(event: dict[str, Any]) -> None:
     if event.get("status") == "error":
         raise SmokeTestFailed(f"{event.get('message')}. Fix: check that the run's subscriptions exist "
                               "(the setup task creates them) and that the connection may consume them.")
+
+
+def another_round_due(state: SmokeRound) -> bool:
+    """A rollout whose new version has not answered yet, with time left and no dead letter."""
     from_expected = [a for a in state.answers.values() if a["model"] == state.expect_version]
     return bool(state.expect_version and not from_expected and not state.dead_letters
                 and time.time() < state.deadline)

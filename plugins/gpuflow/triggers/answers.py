@@ -9,8 +9,15 @@ acknowledges with the provider's ``PubSubAsyncHook`` as that trigger does:
   trip through the scheduler;
 - it has no deadline of its own.
 
-The messages are acknowledged here, so the event carries what they said (id, answer, model, batch size). A
-triggerer that dies mid-wait loses the answers it acknowledged: the task's retry asks again.
+Nothing the task wants is acknowledged here. The event hands the task every answer and dead letter, in arrival
+order, with the ack ids that acknowledge it; the task keeps them (its XCom) and only then acknowledges them
+(``gpuflow.steps.smoke``). A triggerer that dies mid-wait therefore loses nothing: Pub/Sub resends what was pulled
+and not acknowledged once its ack deadline passes ("the approximate amount of time Pub/Sub waits for the subscriber
+to acknowledge receipt before resending the message", Subscription.ack_deadline_seconds in google-cloud-pubsub's
+pubsub_v1 types), and the smoke test's subscriptions have the shortest one, 10 s
+(``steps.resources.ANSWERS_ACK_DEADLINE_S``), so the next triggerer's trigger sees it again within seconds.
+While one trigger holds them, the same messages come back to it every 10 s: it keeps each once (by message id) with
+its newest ack id. Messages for no prompt of this run are acknowledged at once.
 
 The local profile's Pub/Sub is the emulator, which the triggerer's environment does not name
 (``PUBSUB_EMULATOR_HOST`` is set only around a task's own work), so there the trigger talks to ``emulator_host``
@@ -44,24 +51,31 @@ class _Subscriber:
         self._hook = self._client = None
 
     async def pull(self, subscription: str) -> list[Any]:
+        """What the subscription has, unacknowledged: each comes back after its ack deadline until acknowledged."""
         if self.emulator_host is None:
-            if self._hook is None:
-                from airflow.providers.google.cloud.hooks.pubsub import PubSubAsyncHook
-
-                self._hook = PubSubAsyncHook(gcp_conn_id=self.gcp_conn_id, project_id=self.project)
-            received = await self._hook.pull(project_id=self.project, subscription=subscription,
-                                             max_messages=MAX_MESSAGES, return_immediately=True)
-            if received:
-                await self._hook.acknowledge(project_id=self.project, subscription=subscription, messages=received)
+            received = await self._provider_hook().pull(project_id=self.project, subscription=subscription,
+                                                        max_messages=MAX_MESSAGES, return_immediately=True)
             return list(received)
         client = self._emulator_client()
-        path = client.subscription_path(self.project, subscription)
-        response = await client.pull(request={"subscription": path, "max_messages": MAX_MESSAGES,
-                                              "return_immediately": True})
-        if response.received_messages:
-            await client.acknowledge(request={"subscription": path,
-                                              "ack_ids": [m.ack_id for m in response.received_messages]})
+        response = await client.pull(request={"subscription": client.subscription_path(self.project, subscription),
+                                              "max_messages": MAX_MESSAGES, "return_immediately": True})
         return list(response.received_messages)
+
+    async def acknowledge(self, subscription: str, ack_ids: list[str]) -> None:
+        if self.emulator_host is None:
+            await self._provider_hook().acknowledge(project_id=self.project, subscription=subscription,
+                                                    ack_ids=ack_ids)
+            return
+        client = self._emulator_client()
+        await client.acknowledge(request={"subscription": client.subscription_path(self.project, subscription),
+                                          "ack_ids": ack_ids})
+
+    def _provider_hook(self):
+        if self._hook is None:
+            from airflow.providers.google.cloud.hooks.pubsub import PubSubAsyncHook
+
+            self._hook = PubSubAsyncHook(gcp_conn_id=self.gcp_conn_id, project_id=self.project)
+        return self._hook
 
     def _emulator_client(self):
         if self._client is None:
@@ -77,9 +91,10 @@ class _Subscriber:
 
 
 class SmokeAnswersTrigger(SettlingTrigger):
-    """Yields once: the ``answers`` and ``dead_letters`` (by prompt id) that came for any of ``ids`` (every prompt
-    sent so far: a late answer to an earlier round counts, as a rollout's new version answers its backlog); status
-    ``success`` once each of ``pending`` has one or the other, ``timeout`` at ``deadline`` (epoch seconds)."""
+    """Yields once: ``received``, every answer and dead letter that came for any of ``ids`` (every prompt sent so
+    far: a late answer to an earlier round counts, as a rollout's new version answers its backlog), in arrival
+    order, each with its subscription and ack ids, none acknowledged; status ``success`` once each of ``pending``
+    has one or the other, ``timeout`` at ``deadline`` (epoch seconds)."""
 
     def __init__(self, project: str, answers_subscription: str, dead_letter_subscription: str, ids: list[str],
                  pending: list[str], started: float, deadline: float, gcp_conn_id: str,
@@ -98,38 +113,54 @@ class SmokeAnswersTrigger(SettlingTrigger):
             "deadline": self.deadline, "gcp_conn_id": self.gcp_conn_id, "emulator_host": self.emulator_host,
             "poll_interval_s": self.poll_interval_s})
 
+    def _entry(self, kind: str, subscription: str, received: Any) -> dict[str, Any]:
+        attributes = dict(received.message.attributes)
+        entry = {"id": attributes["id"], "kind": kind, "subscription": subscription,
+                 "model": attributes.get("model", ""), "ack_ids": {received.message.message_id: received.ack_id}}
+        if kind == "answer":
+            entry.update(answer=received.message.data.decode("utf-8", errors="replace"),
+                         latency_s=time.time() - self.started, batch_size=int(attributes.get("batch_size", 0)))
+        else:
+            entry["error"] = attributes.get("error", "unknown")
+        return entry
+
     async def events(self) -> AsyncIterator[TriggerEvent]:
         subscriber = _Subscriber(self.project, self.gcp_conn_id, self.emulator_host)
         wanted, pending = set(self.ids), set(self.pending)
-        answers: dict[str, dict[str, Any]] = {}
-        dead_letters: dict[str, str] = {}
+        # (prompt id, kind, model version) -> what came, in arrival order; a duplicate's ack ids join the first's
+        received: dict[tuple[str, str, str], dict[str, Any]] = {}
         last_progress = 0.0
         while True:
             try:
-                for received in await subscriber.pull(self.answers_subscription):
-                    attributes = dict(received.message.attributes)
-                    if attributes.get("id") in wanted:
-                        answers[attributes["id"]] = {
-                            "answer": received.message.data.decode("utf-8", errors="replace"),
-                            "latency_s": time.time() - self.started,
-                            "batch_size": int(attributes.get("batch_size", 0)),
-                            "model": attributes.get("model", "")}
-                for received in await subscriber.pull(self.dead_letter_subscription):
-                    attributes = dict(received.message.attributes)
-                    if attributes.get("id") in wanted:
-                        dead_letters[attributes["id"]] = attributes.get("error", "unknown")
+                for kind, subscription in (("answer", self.answers_subscription),
+                                           ("dead_letter", self.dead_letter_subscription)):
+                    strangers = []
+                    for message in await subscriber.pull(subscription):
+                        attributes = message.message.attributes
+                        if attributes.get("id") not in wanted:
+                            strangers.append(message.ack_id)
+                            continue
+                        key = (attributes["id"], kind, attributes.get("model", ""))
+                        if key in received:  # a redelivery (its newest ack id), or the pipeline's duplicate
+                            received[key]["ack_ids"][message.message.message_id] = message.ack_id
+                        else:
+                            received[key] = self._entry(kind, subscription, message)
+                    if strangers:
+                        await subscriber.acknowledge(subscription, strangers)
             except Exception as error:  # a subscription deleted under the run, Pub/Sub refusing: the task says why
                 yield TriggerEvent({"status": "error", "message": f"pulling the answers failed: {error}",
-                                    "answers": answers, "dead_letters": dead_letters})
+                                    "received": list(received.values())})
                 return
-            done = pending <= answers.keys() | dead_letters.keys()
+            answered = {entry["id"] for entry in received.values()}
+            done = pending <= answered
             if done or time.time() >= self.deadline or time.monotonic() - last_progress > 5:
-                self.log.info("answered %d/%d (dead letters: %d)", len(pending & answers.keys()), len(pending),
-                              len(dead_letters))
+                self.log.info("answered %d/%d (dead letters: %d)", len(pending & answered), len(pending),
+                              sum(entry["kind"] == "dead_letter" for entry in received.values()))
                 last_progress = time.monotonic()
             if done or time.time() >= self.deadline:
-                yield TriggerEvent({"status": "success" if done else "timeout", "answers": answers,
-                                    "dead_letters": dead_letters})
+                # Held for settle_s at most before the task gets it: nothing in it is acknowledged yet, so a
+                # triggerer that dies meanwhile loses nothing.
+                yield TriggerEvent({"status": "success" if done else "timeout", "received": list(received.values())})
                 return
             await asyncio.sleep(min(self.poll_interval_s, max(0.0, self.deadline - time.time())))
 
