@@ -185,16 +185,20 @@ CONSTRAINTS: tuple[Constraint, ...] = (
 
 def violations(request: DataflowRequest) -> list[Violation]:
     """What the request breaks of Google's documented rules (each stops the launch)."""
-    return [v for v in _all_violations(request) if v.constraint.by == "google"]
+    return _violations(request)["google"]
 
 
 def policy_warnings(request: DataflowRequest) -> list[Violation]:
     """What the request breaks of gpuflow's own policies, where Google allows more (each a warning)."""
-    return [v for v in _all_violations(request) if v.constraint.by == "gpuflow"]
+    return _violations(request)["gpuflow"]
 
 
-def _all_violations(request: DataflowRequest) -> list[Violation]:
-    return [Violation(constraint, problem) for constraint in CONSTRAINTS for problem in constraint.check(request)]
+def _violations(request: DataflowRequest) -> dict[str, list[Violation]]:
+    """Every constraint checked once, what it found filed by whose rule it is."""
+    found: dict[str, list[Violation]] = {"google": [], "gpuflow": []}
+    for constraint in CONSTRAINTS:
+        found[constraint.by] += [Violation(constraint, problem) for problem in constraint.check(request)]
+    return found
 
 
 def enforce(request: DataflowRequest) -> DataflowRequest:
@@ -202,9 +206,10 @@ def enforce(request: DataflowRequest) -> DataflowRequest:
     gpuflow's policies it breaks."""
     import logging
 
-    for warning in policy_warnings(request):
+    found = _violations(request)
+    for warning in found["gpuflow"]:
         logging.getLogger(__name__).warning("the %s is sent although %s", request.kind, warning)
-    broken = violations(request)
+    broken = found["google"]
     if broken:
         raise DataflowRequestRejected(f"gpuflow did not send the {request.kind}; Dataflow documents that it would "
                                       "not run:\n" + "\n".join(f"  - {violation}" for violation in broken))

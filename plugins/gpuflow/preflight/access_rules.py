@@ -99,7 +99,7 @@ def access_findings(config: GpuflowConfig, workflow: str, probe: AccessProbe) ->
     if any(need.name == "build" for need in needs):
         checks.append(lambda: build_service_account(config, probe))
     if any(need.name == "export" for need in needs):
-        checks.append(lambda: export_identity(config, probe))
+        checks.append(lambda: export_identity(config))
     if workflow in REGIONAL_WORKFLOWS:
         checks.append(lambda: region_allowed(config, probe))
     if config.bucket and any(need.name == "storage" for need in needs):
@@ -204,21 +204,19 @@ def build_service_account(config: GpuflowConfig, probe: AccessProbe) -> Iterator
         yield unknown(field, f"builds run as {email}; whether it holds {', '.join(table['needs'])}: {problem.why}",
                       problem.command)
         return
-    if roles & set(table["sufficient_roles"]):
-        yield info(field, f"builds run as {email} (Cloud Build's default in {config.region}), which holds "
-                   f"{', '.join(sorted(roles & set(table['sufficient_roles'])))}", "nothing to do")
-        return
-    missing = [role for role in table["needs"] if role not in roles]
+    held = roles & set(table["sufficient_roles"])
+    missing = [] if held else [role for role in table["needs"] if role not in roles]
+    runs_as = f"builds run as {email} (Cloud Build's default in {config.region})"
     if not missing:
-        yield info(field, f"builds run as {email} (Cloud Build's default in {config.region})", "nothing to do")
+        yield info(field, runs_as + (f", which holds {', '.join(sorted(held))}" if held else ""), "nothing to do")
         return
     why = "; ".join(f"{role}: {table['needs'][role]}" for role in missing)
-    yield error(field, f"builds run as {email} (Cloud Build's default in {config.region}), which lacks {why}",
+    yield error(field, f"{runs_as}, which lacks {why}",
                 "; ".join(f"gcloud projects add-iam-policy-binding {config.project} --member={account} --role={role}"
                           for role in missing))
 
 
-def export_identity(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Finding]:  # noqa: ARG001 - a check
+def export_identity(config: GpuflowConfig) -> Iterator[Finding]:
     """Name the identity the Vertex AI export runs as: the workers' account (``platform.gcp_vertex`` sets it as the
     custom job's service_account), or Vertex AI's default where none is set."""
     field = "dataflow.service_account"
