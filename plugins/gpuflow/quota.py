@@ -99,6 +99,9 @@ def zones_offering(project: str, gpu_type: str, region: str, client) -> list[str
 
 
 def _unknown_fix(gpu, region: str) -> str:
+    if gpu.quota_metric is None and not gpu.quota_families:
+        return (f"gpuflow's catalog names no quota for {gpu.name} (catalog/gpus.yaml): read its limit in {region} "
+                "in IAM & Admin > Quotas, filtered by the GPU's name")
     if gpu.quota_families:
         return (f"Cloud Quotas reported no {FAMILY_QUOTA_ID} limit for gpu_family {' or '.join(gpu.quota_families)} "
                 f"in {region}: read it with `gcloud beta quotas info describe {FAMILY_QUOTA_ID} "
@@ -153,6 +156,9 @@ def regional_gpu_quota(config: GpuflowConfig, client, regions: list[str] | None 
     if gpu is None:
         raise ValueError(f"gpu.type {config.gpu.type!r} is unknown. Fix: run `gpuflow preflight` first.")
     regions = regions or quota_regions(config)
+    if gpu.quota_metric is None and not gpu.quota_families:
+        return [QuotaReading(region, f"{gpu.name} GPUs", None, None, gpus_needed(config), _unknown_fix(gpu, region))
+                for region in regions]
     if gpu.quota_families:
         limits = family_gpu_limits(config.project, gpu.quota_families, regions, quotas_client) if quotas_client else {}
         family = "/".join(gpu.quota_families)

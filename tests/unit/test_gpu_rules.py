@@ -1,6 +1,6 @@
 """Each GPU readiness rule: it fires on the case the guides describe, names the field and the fix,
 and the finding disappears when the rule is taken out of the rule list."""
-
+import datetime
 
 import pytest
 
@@ -104,11 +104,27 @@ def test_n1_custom_types_with_extended_memory_are_understood():
     assert [f for f in found if f.field in ("gpu.machine_type", "gpu.count")] == []
 
 
+@pytest.mark.parametrize(("gpu_type", "machine_type", "count"), [
+    ("nvidia-h100-80gb", "a3-highgpu-1g", 1), ("nvidia-h100-80gb", "a3-highgpu-2g", 2),
+    ("nvidia-h100-80gb", "a3-highgpu-4g", 4), ("nvidia-h100-mega-80gb", "a3-megagpu-8g", 8),
+])
+def test_every_gpu_and_a3_size_dataflow_lists_is_accepted(gpu_type, machine_type, count):
+    found = findings(f"gpu.type={gpu_type}", f"gpu.machine_type={machine_type}", f"gpu.count={count}")
+    assert [f for f in found if f.level == "error" and f.field.startswith("gpu.")] == []
+
+
+def test_an_a3_size_with_the_wrong_count_names_the_machine_that_fits():
+    found = findings("gpu.type=nvidia-h100-80gb", "gpu.machine_type=a3-highgpu-2g", "gpu.count=4")
+    (problem,) = [f for f in found if f.field == "gpu.count"]
+    assert "a3-highgpu-2g has exactly 2" in problem.problem
+
+
 def test_the_catalog_records_its_sources_and_dates():
     from gpuflow import catalog
 
     for table in ("gpu_types", "machine_types", "regions"):
-        assert catalog._load("gpus")[table]["source"] and catalog.table_date(table) == "2026-11-29"
+        written = datetime.date.fromisoformat(catalog.table_date(table))
+        assert catalog._load("gpus")[table]["source"] and written <= datetime.date.today()
     assert catalog._load("models")["source"]
 
 

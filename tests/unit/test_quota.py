@@ -90,6 +90,15 @@ def test_h100_without_a_cloud_quotas_answer_is_unknown_with_the_fix():
         assert "gcloud beta quotas info describe GPUS-PER-GPU-FAMILY-per-project-region" in reading.fix
 
 
+def test_a_gpu_whose_quota_no_read_page_names_is_unknown_without_asking():
+    """A3 Mega's H100: gpuflow has no source for its quota, so it asks nothing and says where to read it."""
+    regions, quotas = FakeRegionsClient({}), FakeCloudQuotas()
+    (reading,) = regional_gpu_quota(config("gpu.type=nvidia-h100-mega-80gb", "gpu.machine_type=a3-megagpu-8g",
+                                           "gpu.count=8"), regions, quotas_client=quotas)
+    assert (regions.requests, quotas.requests) == ([], [])
+    assert (reading.known, reading.enough) == (False, None) and "IAM & Admin > Quotas" in reading.fix
+
+
 def test_the_project_wide_gpu_quota_bounds_every_launch():
     cfg = config("worker.max_num_workers=4")
     regional, project_wide = gpu_quota(cfg, ComputeClients(
