@@ -138,34 +138,97 @@ def wait_until_the_answers_are_in(emulators, subscription: str, count: int, time
             time.sleep(0.5)
 
 
-def test_a_triggerer_killed_while_the_smoke_test_holds_answers_loses_none(airflow_live, local_config, emulators):
-    """The smoke test's trigger has pulled every answer and logged it, and its triggerer is SIGKILLed before the
-    event reaches the task: nothing had been acknowledged, so Pub/Sub resends the answers after their ack deadline
-    to the next triggerer's trigger, and the run succeeds at the smoke test's first try, each prompt answered once.
-    (The answers are let in while no triggerer runs, so the first trigger has them all at its first pull and holds
-    its event for the settle time: the kill lands in that window.)"""
+def kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emulators, run_id: str,
+                                                             count: int) -> None:
+    """The smoke test's trigger pulls every answer and logs it, and its triggerer is SIGKILLed before the event
+    reaches the task. (The answers are let in while no triggerer runs, so the first trigger has them all at its
+    first pull and holds its event for the settle time: the kill lands in that window.)"""
     from gpuflow.naming import run_prefix
 
-    run_id = trigger_run(airflow_live, local_config)
     airflow_live.wait_for_task_state(DAG_ID, run_id, "smoke_test", "deferred", timeout_s=600)
     airflow_live.stop_process("triggerer")
-    wait_until_the_answers_are_in(emulators, f"{run_prefix(DAG_ID, run_id)}-responses-sub", 4)
+    wait_until_the_answers_are_in(emulators, f"{run_prefix(DAG_ID, run_id)}-responses-sub", count)
+    fired = trigger_logs(airflow_live, run_id, "smoke_test").count("Trigger fired event")
     airflow_live.start_process("triggerer")
     deadline = time.monotonic() + 120
-    while "answered 4/4" not in trigger_logs(airflow_live, run_id, "smoke_test"):
+    while trigger_logs(airflow_live, run_id, "smoke_test").count(f"answered {count}/{count}") <= fired:
         assert time.monotonic() < deadline, airflow_live.log_tail("triggerer")
         time.sleep(0.1)
     airflow_live.kill_and_replace("triggerer")
+    # The killed trigger held its event: the kill landed while the answers were in its memory only.
+    assert trigger_logs(airflow_live, run_id, "smoke_test").count("Trigger fired event") == fired
 
+
+def smoke_test_answers(airflow_live, run_id: str) -> dict:
+    """The smoke test's XCom after a run that succeeded with the smoke test at its first try."""
     run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=600)
     smoke = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test").json()
-    assert run["state"] == "success" and smoke["try_number"] == 1, (run, smoke)
-    logs = trigger_logs(airflow_live, run_id, "smoke_test")
-    assert logs.count("answered 4/4") >= 2 and logs.count("Trigger fired event") == 1, logs[-3000:]
+    assert run["state"] == "success" and smoke["try_number"] == 1, (run, smoke, airflow_live.log_tail("scheduler"))
     xcom = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
                                    "return_value", params={"deserialize": True}).json()["value"]
     ids = [row["id"] for row in xcom["answers"]]
-    assert xcom["answered"] == xcom["sent"] == len(ids) == len(set(ids)) == 4, xcom
+    assert xcom["answered"] == xcom["sent"] == len(ids) == len(set(ids)), xcom
+    return xcom
+
+
+def test_a_triggerer_killed_while_the_smoke_test_holds_answers_loses_none(airflow_live, local_config, emulators):
+    """Nothing had been acknowledged, so Pub/Sub resends the answers after their ack deadline to the next
+    triggerer's trigger, and the run succeeds at the smoke test's first try, each prompt answered once."""
+    run_id = trigger_run(airflow_live, local_config)
+    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emulators, run_id, 4)
+    xcom = smoke_test_answers(airflow_live, run_id)
+    assert xcom["sent"] == 4, xcom
+    logs = trigger_logs(airflow_live, run_id, "smoke_test")
+    assert logs.count("answered 4/4") >= 2 and logs.count("Trigger fired event") == 1, logs[-3000:]
+
+
+ROLLOUT = "gf-live-rollout"
+
+
+@pytest.mark.slow
+def test_a_triggerer_killed_mid_rollout_smoke_test_keeps_the_new_version(airflow_live, local_config, emulators,
+                                                                          tmp_path):
+    """A lasting deployment gets new weights; its rollout's smoke test loses its triggerer (SIGKILL) while the
+    trigger holds the answers. The release is not rolled back: the smoke test passes at its first try, promote
+    records the new version, and the teardown then removes the deployment."""
+    import json
+
+    from gpuflow.config_loading import load_config
+    from gpuflow.demo_model import write_demo_model
+    from gpuflow.naming import resource_names, run_prefix
+    from tests.helpers import local_site_file, site_config
+    from tests.integration.test_deployment_local import new_weights
+
+    model_dir = write_demo_model(tmp_path / "model", seed=0)
+    config_file = site_config("live-rollout.yaml", local_site_file(), bucket="gpuflow-live-rollout",
+                              **{"model.name": str(model_dir)})
+    conf = {"config_file": config_file, "deployment__mode": "persistent", "deployment__name": ROLLOUT,
+            "deployment__refresh_interval_s": 1, "deployment__rollout_timeout_s": 240,
+            "model__max_new_tokens": 4, "smoke_test__num_prompts": 2}
+    record_file = Path(load_config(config_file).local.state_dir) / "deployments" / f"{ROLLOUT}.json"
+
+    def run(dag_id: str) -> str:
+        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["dag_run_id"]
+
+    airflow_live.wait_for_dag(DAG_ID)
+    try:
+        first = run(DAG_ID)
+        assert airflow_live.wait_for_run(DAG_ID, first, timeout_s=600)["state"] == "success"
+        new_weights(model_dir, seed=1)
+        second = run(DAG_ID)
+        kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emulators, second, 2)
+        xcom = smoke_test_answers(airflow_live, second)
+        new_version = resource_names(load_config(config_file, conf), run_prefix(DAG_ID, second)).model_version
+        assert new_version in xcom["versions"], xcom
+        record = json.loads(record_file.read_text())
+        assert (record["model_version"], record["changed_by"]) == (new_version, second), record
+    finally:
+        airflow_live.wait_for_dag("llm_streaming_teardown")
+        down = run("llm_streaming_teardown")
+        assert airflow_live.wait_for_run("llm_streaming_teardown", down, timeout_s=300)["state"] == "success"
+    assert not record_file.exists()
 
 
 def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_config):
