@@ -18,7 +18,6 @@ import pendulum
 from airflow.sdk import DAG
 
 from gpuflow.operators.airflow_names import cron_data_interval_timetable
-from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.batch import (
     BATCH_ANSWERS_ASSET,
     BatchCleanupOperator,
@@ -32,6 +31,7 @@ from gpuflow.operators.batch import (
 from gpuflow.operators.preparation import preparation
 from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import FormLayout, attach_trigger_form, form_values
+from gpuflow.workflow_names import GPU_POOL
 
 DAG_ID = "llm_batch_inference"
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.

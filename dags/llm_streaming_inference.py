@@ -18,12 +18,12 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.deployment import PromoteOperator
 from gpuflow.operators.preparation import preparation
 from gpuflow.operators.streaming import CleanupOperator, LaunchPipelineOperator, PreflightOperator, SmokeTestOperator
 from gpuflow.task_timeouts import apply_task_timeouts
 from gpuflow.trigger_form import FormLayout, attach_trigger_form
+from gpuflow.workflow_names import GPU_POOL
 
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
 FORM = FormLayout(

@@ -38,9 +38,9 @@ from gpuflow.composer import (
     merged_packages,
     stale_files,
 )
-from gpuflow.operators.base import GPU_POOL
 from gpuflow.paths import SITE_CONFIG
 from gpuflow.platform.composer_api import ComposerTarget, read_pool
+from gpuflow.workflow_names import GPU_POOL
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+from gpuflow.workflow_names import SMOKE_TEST_TASK
+
 DAG_ID = "llm_streaming_inference"
 #: Beam's DirectRunner holds its Pub/Sub pull open up to 30 s on an empty subscription (the local pipeline shortens
 #: it: beam_jobs/direct_runner_pull.py); an answer this late locally waited for it.
@@ -41,7 +43,7 @@ def latest_run_answers(dag_id: str = DAG_ID) -> tuple[str, str, dict | None]:
         row = (
             session.query(XComModel)
             .filter(XComModel.dag_id == dag_id, XComModel.run_id == run.run_id,
-                    XComModel.task_id == "smoke_test", XComModel.key == "return_value")
+                    XComModel.task_id == SMOKE_TEST_TASK, XComModel.key == "return_value")
             .first()
         )
         return run.run_id, str(run.state), (XComModel.deserialize_value(row) if row else None)

@@ -79,3 +79,37 @@ def test_a_package_cycle_is_found():
 
 def test_a_cycle_is_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+#: The runtime's layers, lowest first: each may import the ones below it and the shared modules at the top of
+#: gpuflow/, never one above it (operators sit above them all and only the DAG files and the tools import them).
+LAYERS = ("gpuflow.platform", "gpuflow.steps", "gpuflow.triggers", "gpuflow.operators")
+#: preflight judges what the platform reads; steps and triggers never ask for it.
+BESIDE = {"gpuflow.preflight": ("gpuflow.steps", "gpuflow.triggers", "gpuflow.operators")}
+
+
+def upward_reaches(packages: dict[str, set[str]]) -> list[tuple[str, str]]:
+    found = []
+    for low, package in enumerate(LAYERS):
+        found += [(package, target) for target in sorted(packages.get(package, ())) if target in LAYERS[low + 1:]]
+    for package, above in BESIDE.items():
+        found += [(package, target) for target in sorted(packages.get(package, ())) if target in above]
+    found += [(package, "gpuflow.operators") for package in sorted(packages)
+              if "gpuflow.operators" in packages[package] and package != "gpuflow.operators"]
+    found += [(package, "gpuflow.preflight") for package in ("gpuflow.platform",)
+              if "gpuflow.preflight" in packages.get(package, ())]
+    return found
+
+
+def test_no_layer_reaches_up():
+    """The platform never imports preflight's rules (their facts' types live in platform/access_facts.py), and
+    nothing below the operators imports them (the pool's and the tasks' names: gpuflow.workflow_names)."""
+    assert upward_reaches(package_graph(import_graph())) == []
+
+
+def test_an_upward_reach_is_found():
+    packages = {"gpuflow.platform": {"gpuflow.preflight"}, "gpuflow.composer_deploy": {"gpuflow.operators"},
+                "gpuflow.steps": {"gpuflow.triggers"}}
+    assert upward_reaches(packages) == [("gpuflow.steps", "gpuflow.triggers"),
+                                        ("gpuflow.composer_deploy", "gpuflow.operators"),
+                                        ("gpuflow.platform", "gpuflow.preflight")]

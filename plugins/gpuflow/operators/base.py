@@ -14,15 +14,10 @@ from airflow.sdk import BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowFailException
 from gpuflow.trigger_form import dag_form, run_settings
+from gpuflow.workflow_names import GPU_POOL, LAUNCH_TASK, PREFLIGHT_TASK
 
 log = logging.getLogger(__name__)
 
-#: The Airflow pool of the tasks that start GPU jobs (the GPU check, the launch, the Dataproc batch). With one slot
-#: and deferred tasks counted, they start one at a time, and each re-checks the quota right before it starts, so
-#: two runs cannot both pass the quota check and then exceed it. Create it once per Airflow (docs/gcp.md):
-#: ``airflow pools set gpuflow_gpu 1 "gpuflow: GPU jobs start one at a time" --include-deferred``; on Composer,
-#: deploy-composer creates it, and preflight fails a run when it is missing (preflight.pool_rules).
-GPU_POOL = "gpuflow_gpu"
 
 
 def config_from_params(context: Any):
@@ -101,7 +96,7 @@ ROLLOUT_KEY = "gpuflow_rollout"
 
 def rollout_plan(context: Any):
     """This run's rollout plan (``gpuflow.rollout.RolloutPlan``), or None when the run is ephemeral."""
-    pushed = context["ti"].xcom_pull(task_ids="preflight", key=ROLLOUT_KEY)
+    pushed = context["ti"].xcom_pull(task_ids=PREFLIGHT_TASK, key=ROLLOUT_KEY)
     if not pushed:
         return None
     from gpuflow.rollout import RolloutPlan
@@ -142,7 +137,7 @@ class GpuflowStepOperator(BaseOperator):
 
     # The one __init__ of all step operators, with the few step-specific arguments: Airflow merges the DAG's
     # defaults once per __init__ in the class chain, and every merge counts at DAG parse time.
-    def __init__(self, *, config_json: Any = None, image: Any = None, launch_task_id: str = "launch", **kwargs: Any):
+    def __init__(self, *, config_json: Any = None, image: Any = None, launch_task_id: str = LAUNCH_TASK, **kwargs: Any):
         super().__init__(**kwargs)
         self.config_json = config_json
         self.image = image  # verify_gpu: build_container's result

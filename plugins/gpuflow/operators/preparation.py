@@ -11,7 +11,6 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
-from gpuflow.operators.base import GPU_POOL
 from gpuflow.operators.streaming import (
     STATE_DICT_ASSET,
     BuildContainerOperator,
@@ -20,6 +19,7 @@ from gpuflow.operators.streaming import (
     SetupResourcesOperator,
     VerifyGpuOperator,
 )
+from gpuflow.workflow_names import GPU_POOL
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from gpuflow.preflight.access_rules import AccessUnknown, BucketFacts, EffectivePolicy, describe_policy
+from gpuflow.platform.access_facts import AccessUnknown, BucketFacts, EffectivePolicy, describe_policy
 
 log = logging.getLogger(__name__)
 

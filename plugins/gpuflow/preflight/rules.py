@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuflow.config import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
-from gpuflow.preflight.access_rules import AccessProbe, access_findings
+from gpuflow.platform.access_facts import AccessProbe
+from gpuflow.preflight.access_rules import access_findings
 from gpuflow.preflight.composer_rules import composer_findings
 from gpuflow.preflight.dataproc_rules import dataproc_findings
 from gpuflow.preflight.engine_rules import vllm_engine, vllm_runs_here
