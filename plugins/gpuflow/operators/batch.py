@@ -50,9 +50,10 @@ class WaitForInputOperator(GpuflowStepOperator):
 
     It waits with the trigger that ``GCSObjectExistenceSensor(use_glob=True, deferrable=True)`` defers to,
     ``GCSBlobTrigger`` (``gpuflow.triggers.batch_input``), not with the sensor (apache-airflow-providers-google
-    22.8.0): a DAG file that names the sensor imports ``airflow.providers.google.cloud.sensors.gcs``, 685 modules on
-    top of ``airflow.sdk``, which the parse guard forbids; and the input's glob is known only once preflight has
-    filled in the run's dates."""
+    22.8.0). Not for parse cost (named in a DAG file, the sensor parsed at 1.14 times a bare one-task DAG the way
+    the dag-processor parses: docs/benchmarks.md), but because one task serves both profiles: on the local profile
+    the input lies on local disk or in the storage emulator, which the provider's async client finds only through
+    the triggerer's environment; and ``batch.missing_input`` chooses between skipping the run and failing it."""
 
     waits_for = "input"  # its execution_timeout: gpuflow.task_timeouts
 

@@ -40,9 +40,10 @@ class DataprocBatchOperator(GpuflowStepOperator):
     for by its DataprocBatchTrigger (the task defers). ``on_kill``, and the trigger's while deferred, cancel it.
 
     Not the provider's ``DataprocCreateBatchOperator(deferrable=True)`` (apache-airflow-providers-google 22.8.0):
-    - a DAG file that names it imports ``airflow.providers.google.cloud.operators.dataproc``, 778 modules (measured
-      on top of ``airflow.sdk``), which the parse guard forbids (tests/unit/test_dag_parse.py); and running it
-      nested inside this operator's ``execute`` is what Airflow's ExecutorSafeguard warns will become an error;
+    - not for parse cost: the dag-processor imports a provider module a DAG file names once, before it forks each
+      parse, and a one-task DAG with the create and delete operators parsed at 1.04 times a bare one-task DAG
+      (benchmarks/dag_parse.py, docs/benchmarks.md); but running it nested inside this operator's ``execute`` is
+      what Airflow's ExecutorSafeguard warns will become an error;
     - deferred, it waits with ``DataprocBatchTrigger``, which has no ``on_kill`` and no timeout, and its own
       ``on_kill`` cancels only the operation it still holds, which a deferred task no longer does;
     - its ``execute_complete`` returns nothing; the batch's result is its driver output (the executors' GPU count).
@@ -106,9 +107,8 @@ class DataprocBatchOperator(GpuflowStepOperator):
 class DataprocCleanupOperator(GpuflowStepOperator):
     """Deletes the run's batch on Dataproc ("not found" is fine); the local profile leaves nothing behind.
 
-    The provider's ``DataprocDeleteBatchOperator`` (22.8.0) makes the same ``DataprocHook.delete_batch`` call, but a
-    DAG file that names it loads the provider at parse (see DataprocBatchOperator), and it fails on a batch that
-    is not there, which a teardown after a failed submit must accept."""
+    The provider's ``DataprocDeleteBatchOperator`` (22.8.0) makes the same ``DataprocHook.delete_batch`` call, but it
+    fails on a batch that is not there, which a teardown after a failed submit must accept."""
 
     waits_for = "every_region_stops"  # its execution_timeout: gpuflow.task_timeouts
 
