@@ -30,7 +30,7 @@ $(RUNTIME_STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -c "import airflow, gpuflow"
 	touch $@
 
-# Then the development tools (requirements-dev.txt: pytest, ruff, uv, playwright, mkdocs).
+# Then the development tools (requirements-dev.txt: pytest, ruff, mypy, uv, playwright, mkdocs).
 $(STAMP): $(RUNTIME_STAMP) requirements-dev.txt
 	$(BIN)/pip install -q -r requirements-dev.txt 2>&1 | $(PIP_QUIET)
 	$(BIN)/python -c "import airflow, apache_beam, torch, transformers, gpuflow"
@@ -55,8 +55,9 @@ lock: venv ## resolve docker/locks/*.in into each image's lock (uv; reaches only
 images-check: venv ## install each image lock dry-run, as pip would inside the image
 	$(BIN)/gpuflow images check
 
-lint: venv ## ruff
+lint: venv ## ruff, and mypy (strict) on the backends and the steps
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 docs: venv ## the pages in docs/ as a site in build/docs-site/ (MkDocs, Material); a broken link or page is an error
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
@@ -151,4 +152,4 @@ deploy-composer-usage:
 	@test -n "$(ENV)" -a -n "$(LOCATION)" || { echo "usage: make deploy-composer ENV=environment LOCATION=region [PROJECT=project] [CONFIG=my-gcp.yaml] [DRY_RUN=1]"; exit 2; }
 
 clean: ## remove the demo's Airflow home, the docs site and the tool caches
-	rm -rf $(DEMO_HOME) build/docs-site .pytest_cache .ruff_cache
+	rm -rf $(DEMO_HOME) build/docs-site .pytest_cache .ruff_cache .mypy_cache

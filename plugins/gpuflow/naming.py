@@ -90,6 +90,13 @@ class ResourceNames(BaseModel):
             self.dead_letter_subscription: self.dead_letter_topic,
         }
 
+    @property
+    def serving(self) -> str:
+        """The deployment a persistent run serves on (a run without one is a caller's mistake)."""
+        if self.deployment is None:
+            raise ValueError(f"run {self.prefix} serves no deployment: deployment.mode is not persistent")
+        return self.deployment
+
     def gcs_uri(self, *parts: str) -> str:
         return "/".join([f"gs://{self.bucket}", self.object_prefix, *parts])
 

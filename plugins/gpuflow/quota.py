@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuflow import catalog
 from gpuflow.config import GpuflowConfig
+
+if TYPE_CHECKING:
+    from google.cloud import cloudquotas_v1, compute_v1
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +68,10 @@ def gpus_needed(config: GpuflowConfig) -> int:
 
 
 class ComputeClients(NamedTuple):
-    regions: Any
-    projects: Any
-    accelerator_types: Any
-    cloud_quotas: Any
+    regions: compute_v1.RegionsClient
+    projects: compute_v1.ProjectsClient
+    accelerator_types: compute_v1.AcceleratorTypesClient
+    cloud_quotas: cloudquotas_v1.CloudQuotasClient
 
 
 def compute_clients(conn_id: str) -> ComputeClients:

@@ -74,6 +74,13 @@ class RolloutPlan(BaseModel):
     changed: list[str] = []  # the JOB_KEYS that differ from the record (and "image")
     record: DeploymentRecord | None = None  # what served before this run
 
+    @property
+    def served(self) -> DeploymentRecord:
+        """What served before this run, on the paths that change a serving deployment (weights, update)."""
+        if self.record is None:
+            raise ValueError(f"the {self.path} path has no serving deployment recorded")
+        return self.record
+
 
 def job_options(config: GpuflowConfig) -> dict[str, Any]:
     """The configuration's JOB_KEYS, as JSON values (launch.mode as the profile resolves an empty one)."""

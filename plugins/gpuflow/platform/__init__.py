@@ -9,12 +9,13 @@ from gpuflow.platform.base import (
     ImageBackend,
     ImageBuildResult,
     JobBackend,
+    JobFinder,
     JobHandle,
     Platform,
 )
 
-__all__ = ["ExportBackend", "GpuBackend", "ImageBackend", "ImageBuildResult", "JobBackend", "JobHandle", "Platform",
-           "get_platform"]
+__all__ = ["ExportBackend", "GpuBackend", "ImageBackend", "ImageBuildResult", "JobBackend", "JobFinder", "JobHandle",
+           "Platform", "get_platform"]
 
 
 def get_platform(config: GpuflowConfig) -> Platform:

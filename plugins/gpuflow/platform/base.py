@@ -4,6 +4,7 @@ crosses tasks."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -11,6 +12,10 @@ from pydantic import BaseModel
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
+from gpuflow.platform.access_facts import AccessProbe
+
+#: The region's zones that offer a GPU type now: ``(gpu_type, region) -> zones``.
+ZonesOffering = Callable[[str, str], list[str]]
 
 
 class JobHandle(BaseModel):
@@ -67,8 +72,9 @@ class ImageBackend(Backend, Protocol):
 
 
 class JobBackend(Backend, Protocol):
-    """The Beam jobs (the GPU check, the inference pipeline): Dataflow jobs (gcp), or processes on the local runner.
-    Each is started without waiting; its task defers on the trigger for its handle (``gpuflow.triggers``)."""
+    """The Beam jobs (the GPU check, the inference pipeline) by their handles: Dataflow jobs (gcp), or processes on
+    the local runner. Each is started without waiting; its task defers on the trigger for its handle
+    (``gpuflow.triggers``)."""
 
     def start_gpu_check(self, names: ResourceNames, image: str) -> JobHandle:
         """Start beam_jobs/gpu_check.py where the workers run; the task defers until it is done."""
@@ -97,6 +103,12 @@ class JobBackend(Backend, Protocol):
     def stop_pipeline(self, handle: JobHandle) -> bool:
         """Stop the job and wait (bounded) until it has; True if it was still running."""
 
+
+
+class JobFinder(JobBackend, Protocol):
+    """The jobs found without a handle, by their names and labels, to stop them: a run's cleanup after a failed
+    launch, the janitor, a deployment's teardown."""
+
     def find_gpuflow_jobs(self) -> list[JobHandle]:
         """Every running gpuflow job of the project (the janitor's view), named by its run or deployment."""
 
@@ -110,9 +122,10 @@ class JobBackend(Backend, Protocol):
 class GpuBackend(Backend, Protocol):
     """What is known of the GPUs: quota and zones (Compute Engine) or this machine's devices, and their usage."""
 
-    #: The region's zones that offer a GPU type now, ``(gpu_type, region) -> zones`` (gcp: Compute Engine); None
-    #: where no service says so, and preflight reads the catalog's table.
-    zones_offering: Any
+    @property
+    def zones_offering(self) -> ZonesOffering | None:
+        """Which of the region's zones offer a GPU type now (gcp: Compute Engine); None where no service says so,
+        and preflight reads the catalog's table."""
 
     def gpu_usage(self, handle: JobHandle | None, started: float, ended: float) -> dict[str, Any] | None:
         """How busy the GPUs were over [started, ended] (epoch seconds), when it can be read at once (nvidia-smi);
@@ -121,13 +134,13 @@ class GpuBackend(Backend, Protocol):
     def gpu_capacity(self) -> dict[str, Any]:
         """GPUs this profile can use: local devices, or regional quota headroom."""
 
-    def access_probe(self) -> Any:
-        """What preflight's access rules read of the project (``gpuflow.preflight.access_rules.AccessProbe``): its
+    def access_probe(self) -> AccessProbe | None:
+        """What preflight's access rules read of the project (``gpuflow.platform.access_facts.AccessProbe``): its
         APIs, the caller's permissions, the workers' service account, its policies, the bucket. None where there is
         no cloud project to read (local)."""
 
 
-class Platform(ExportBackend, ImageBackend, JobBackend, GpuBackend, Protocol):
+class Platform(ExportBackend, ImageBackend, JobFinder, GpuBackend, Protocol):
     """A profile's backends together, with what they share: the configuration, the connection, the environment.
     Each step takes the narrow backend it uses; only the operators hold the whole platform."""
 

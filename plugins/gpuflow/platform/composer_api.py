@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.cloud_composer import CloudComposerHook
 
 #: Composer's reserved variables that name the environment a task runs in.
 ENVIRONMENT_VARIABLES = ("COMPOSER_ENVIRONMENT", "COMPOSER_LOCATION", "GCP_PROJECT")
@@ -25,7 +28,7 @@ class ComposerTarget:
     project: str | None = None  # None: the connection's project
     conn_id: str = "google_cloud_default"
 
-    def hook(self):
+    def hook(self) -> CloudComposerHook:
         from airflow.providers.google.cloud.hooks.cloud_composer import CloudComposerHook
 
         return CloudComposerHook(gcp_conn_id=self.conn_id)
@@ -54,7 +57,7 @@ def environment_facts(target: ComposerTarget) -> dict[str, Any]:
     return {"image": config.software_config.image_version, "triggerers": triggerers}
 
 
-def read_pool(hook, airflow_uri: str, name: str):
+def read_pool(hook: CloudComposerHook, airflow_uri: str, name: str) -> Any:
     """GET /api/v2/pools/NAME on the environment's Airflow: the response (200: it exists; 404: it does not)."""
     return hook.make_composer_airflow_api_request("GET", airflow_uri, f"/api/v2/pools/{name}")
 

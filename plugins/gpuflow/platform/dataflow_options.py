@@ -113,7 +113,8 @@ def argv_pairs(argv: list[str]) -> list[tuple[str, Any]]:
     pairs: list[tuple[str, Any]] = []
     tokens = list(argv)
     while tokens:
-        name, equals, value = tokens.pop(0).removeprefix("--").partition("=")
+        name, equals, given = tokens.pop(0).removeprefix("--").partition("=")
+        value: str | bool = given
         if not equals:
             value = tokens.pop(0) if tokens and not tokens[0].startswith("--") else True
         pairs.append((name, value))
@@ -161,7 +162,7 @@ def gpu_metric_filter(metric_type: str, job_id: str) -> str:
     return f'metric.type = "{metric_type}" AND resource.type = "dataflow_job" AND metric.labels.job_id = "{job_id}"'
 
 
-def runtime_environment(config: GpuflowConfig, names: ResourceNames, streaming: bool):
+def runtime_environment(config: GpuflowConfig, names: ResourceNames, streaming: bool) -> Any:
     """The launch-time environment: the same worker pool as the staged request, stated again at launch."""
     from google.cloud import dataflow_v1beta3
 
@@ -216,7 +217,7 @@ def flex_template_spec(image: str, parameter_names: list[str]) -> dict[str, Any]
     }
 
 
-def flex_runtime_environment(config: GpuflowConfig, names: ResourceNames, image: str, streaming: bool):
+def flex_runtime_environment(config: GpuflowConfig, names: ResourceNames, image: str, streaming: bool) -> Any:
     from google.cloud import dataflow_v1beta3
 
     return dataflow_v1beta3.FlexTemplateRuntimeEnvironment(

@@ -8,17 +8,22 @@ import glob
 import logging
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuflow.batch_paths import is_gcs, is_gpuflow_output, split_gcs_uri
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
 
 
-def count_lines_in(chunks) -> int:
+def count_lines_in(chunks: Iterable[bytes]) -> int:
     """Lines as Beam's text source reads them: each ``\\n`` ends one, and a last line without one still counts."""
     lines, last = 0, b""
     for chunk in chunks:
@@ -28,7 +33,7 @@ def count_lines_in(chunks) -> int:
     return lines + (1 if last and last != b"\n" else 0)
 
 
-def _read_chunks(path: Path):
+def _read_chunks(path: Path) -> Iterator[bytes]:
     with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             yield chunk
@@ -41,7 +46,7 @@ class BatchFiles:
         self.conn_id = conn_id
 
     @cached_property
-    def gcs(self):
+    def gcs(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         return GCSHook(gcp_conn_id=self.conn_id)
@@ -72,7 +77,7 @@ class BatchFiles:
 
     def read_text(self, path: str) -> str:
         if is_gcs(path):
-            return self.gcs.download(*split_gcs_uri(path)).decode("utf-8")
+            return bytes(self.gcs.download(*split_gcs_uri(path))).decode("utf-8")
         return Path(path).read_text()
 
     def write_text(self, path: str, text: str) -> None:

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.gpu_options import accelerator_hint, right_fitting
 from gpuflow.naming import ResourceNames
-from gpuflow.platform.base import JobHandle
+from gpuflow.platform.base import JobHandle, ZonesOffering
 from gpuflow.platform.dataflow_options import job_name_for
 from gpuflow.platform.gcp_build import CloudBuildImages
 from gpuflow.platform.gcp_dataflow import DataflowJobs
 from gpuflow.platform.gcp_vertex import VertexExport
+
+if TYPE_CHECKING:
+    from gpuflow.platform.gcp_access import GcpAccessProbe
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +50,17 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
         """Read in the smoke test's trigger: Dataflow's GPU metrics reach Cloud Monitoring with a delay."""
         return None
 
-    def zones_offering(self, gpu_type: str, region: str) -> list[str]:
+    @property
+    def zones_offering(self) -> ZonesOffering:
         """The region's zones that offer the GPU type now, from Compute Engine (preflight's region check)."""
+        return self._zones_offering
+
+    def _zones_offering(self, gpu_type: str, region: str) -> list[str]:
         from gpuflow.quota import zones_offering
 
         return zones_offering(self.config.project, gpu_type, region, self.clients.compute_accelerator_types())
 
-    def access_probe(self):
+    def access_probe(self) -> GcpAccessProbe:
         """Preflight's access check reads the project through the connection's own clients."""
         from gpuflow.platform.gcp_access import GcpAccessProbe
 

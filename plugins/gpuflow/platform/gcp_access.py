@@ -16,7 +16,7 @@ import functools
 import logging
 import re
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from gpuflow.platform.access_facts import AccessUnknown, BucketFacts, EffectivePolicy, describe_policy
 
@@ -41,6 +41,12 @@ class GcpAccessProbe:
 
     def __init__(self, project: str, region: str, clients: Any):
         self.project, self.region, self.clients = project, region, clients
+
+    @overload
+    def _read(self, what: str, command: str, read: Callable[[], T], absent_ok: Literal[False] = False) -> T: ...
+
+    @overload
+    def _read(self, what: str, command: str, read: Callable[[], T], absent_ok: Literal[True]) -> T | None: ...
 
     def _read(self, what: str, command: str, read: Callable[[], T], absent_ok: bool = False) -> T | None:
         """``read()``; a refusal or failure becomes AccessUnknown. Where ``absent_ok``, a 404 is the answer: None."""
@@ -77,7 +83,7 @@ class GcpAccessProbe:
         project = self._read(f"reading project {self.project}", f"gcloud projects describe {self.project} "
                              "--format='value(projectNumber)'",
                              lambda: self._client("projects").get_project(request={"name": f"projects/{self.project}"}))
-        return project.name.split("/", 1)[1]
+        return str(project.name).split("/", 1)[1]
 
     def disabled_services(self, services: list[str]) -> list[str]:
         try:
@@ -91,7 +97,7 @@ class GcpAccessProbe:
         for chunk in _chunks(services, BATCH_GET_MAX):
             response = self._read(
                 "reading which APIs are enabled", f"gcloud services list --enabled --project={self.project}",
-                lambda chunk=chunk: client.batch_get_services(request={
+                functools.partial(client.batch_get_services, request={
                     "parent": parent, "names": [f"{parent}/services/{service}" for service in chunk]}))
             enabled |= {service.name.rsplit("/", 1)[1] for service in response.services
                         if service.state == State.ENABLED}
@@ -103,7 +109,7 @@ class GcpAccessProbe:
         for chunk in _chunks(permissions, TEST_PERMISSIONS_MAX):
             response = self._read(
                 f"testing permissions on {self.project}", f"gcloud projects get-iam-policy {self.project}",
-                lambda chunk=chunk: client.test_iam_permissions(request={
+                functools.partial(client.test_iam_permissions, request={
                     "resource": f"projects/{self.project}", "permissions": chunk}))
             granted |= set(response.permissions)
         return [permission for permission in permissions if permission not in granted]
@@ -132,7 +138,7 @@ class GcpAccessProbe:
         return [permission for permission in permissions if permission not in set(response.permissions)]
 
     @functools.cache  # noqa: B019
-    def _project_policy(self):
+    def _project_policy(self) -> Any:
         client = self._client("projects")
         return self._read(f"reading {self.project}'s IAM policy (needs resourcemanager.projects.getIamPolicy, e.g. "
                           "roles/iam.securityReviewer)",

@@ -7,11 +7,16 @@ import logging
 import re
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import ImageBuildResult, JobHandle
 from gpuflow.platform.console import cloud_build_url
 from gpuflow.platform.gcp_service import GcpService
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
+    from google.cloud.devtools import cloudbuild_v1
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,7 @@ class CloudBuildImages(GcpService):
         except NotFound:
             return False
 
-    def cloud_build_request(self, source_object: str, image: str, names: ResourceNames):
+    def cloud_build_request(self, source_object: str, image: str, names: ResourceNames) -> cloudbuild_v1.Build:
         from google.cloud.devtools import cloudbuild_v1
         from google.protobuf import duration_pb2
 
@@ -73,7 +78,7 @@ class CloudBuildImages(GcpService):
         return ImageBuildResult(image=image, built=False, context_dir=str(context_dir), job=job,
                                 detail=f"building with Cloud Build {build_id}")
 
-    def _build_hook(self):
+    def _build_hook(self) -> CloudBuildHook:
         from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
 
         return CloudBuildHook(gcp_conn_id=self.conn_id)

@@ -14,7 +14,23 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+    from google.cloud import (
+        artifactregistry_v1,
+        compute_v1,
+        iam_admin_v1,
+        monitoring_v3,
+        orgpolicy_v2,
+        resourcemanager_v3,
+        service_usage_v1,
+        storage,
+    )
+    from google.cloud.devtools import cloudbuild_v1
+
+    from gpuflow.quota import ComputeClients
 
 
 class GcpClients:
@@ -22,7 +38,7 @@ class GcpClients:
         self.conn_id = conn_id
 
     @cached_property
-    def _base_hook(self):
+    def _base_hook(self) -> GoogleBaseHook:
         from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
         return GoogleBaseHook(gcp_conn_id=self.conn_id)
@@ -45,14 +61,14 @@ class GcpClients:
         with self._base_hook.provide_gcp_credential_file_as_context():
             yield
 
-    def monitoring_async(self):
+    def monitoring_async(self) -> monitoring_v3.MetricServiceAsyncClient:
         """Cloud Monitoring for the smoke test's GPU-metrics trigger (the provider's CloudMonitoringHook, 22.8.0, reads
         alert policies and notification channels, not time series)."""
         from google.cloud import monitoring_v3
 
         return monitoring_v3.MetricServiceAsyncClient(**self._client_kwargs())
 
-    def artifact_registry(self):
+    def artifact_registry(self) -> artifactregistry_v1.ArtifactRegistryClient:
         from google.cloud import artifactregistry_v1
 
         return artifactregistry_v1.ArtifactRegistryClient(**self._client_kwargs())
@@ -66,54 +82,54 @@ class GcpClients:
         email = getattr(self._base_hook.get_credentials(), "service_account_email", None)
         return email if email and "@" in email else None
 
-    def service_usage(self):
+    def service_usage(self) -> service_usage_v1.ServiceUsageClient:
         from google.cloud import service_usage_v1
 
         return service_usage_v1.ServiceUsageClient(**self._client_kwargs())
 
-    def cloud_build(self, location: str):
+    def cloud_build(self, location: str) -> cloudbuild_v1.CloudBuildClient:
         """Cloud Build's client as the provider's CloudBuildHook makes it (the hook has no method for the default
         service account)."""
         from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
 
         return CloudBuildHook(gcp_conn_id=self.conn_id).get_conn(location=location)
 
-    def projects(self):
+    def projects(self) -> resourcemanager_v3.ProjectsClient:
         from google.cloud import resourcemanager_v3
 
         return resourcemanager_v3.ProjectsClient(**self._client_kwargs())
 
-    def iam(self):
+    def iam(self) -> iam_admin_v1.IAMClient:
         from google.cloud import iam_admin_v1
 
         return iam_admin_v1.IAMClient(**self._client_kwargs())
 
-    def org_policy(self):
+    def org_policy(self) -> orgpolicy_v2.OrgPolicyClient:
         from google.cloud import orgpolicy_v2
 
         return orgpolicy_v2.OrgPolicyClient(**self._client_kwargs())
 
-    def subnetworks(self):
+    def subnetworks(self) -> compute_v1.SubnetworksClient:
         from google.cloud import compute_v1
 
         return compute_v1.SubnetworksClient(**self._client_kwargs())
 
-    def storage(self):
+    def storage(self) -> storage.Client:
         """Cloud Storage through the provider's GCSHook (the emulator's, where the environment names one)."""
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         return GCSHook(gcp_conn_id=self.conn_id).get_conn()
 
     @cached_property
-    def _compute(self):
+    def _compute(self) -> ComputeClients:
         """Compute Engine's three clients and Cloud Quotas', made once (one credentials lookup) for the quota and
         region reads."""
         from gpuflow.quota import compute_clients
 
         return compute_clients(self.conn_id)
 
-    def compute(self):
+    def compute(self) -> ComputeClients:
         return self._compute
 
-    def compute_accelerator_types(self):
+    def compute_accelerator_types(self) -> compute_v1.AcceleratorTypesClient:
         return self._compute.accelerator_types

@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.config_loading import beam_jobs_dir
 from gpuflow.containers import image_cuda
@@ -43,6 +43,9 @@ from gpuflow.platform.dataflow_options import (
 )
 from gpuflow.platform.dataflow_watch import TERMINAL_STATES
 from gpuflow.platform.gcp_service import GcpService
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook, DataflowHook
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,7 @@ class DataflowJobs(GcpService):
             proto = self._gcs().download(bucket, blob)
         return from_staged_job(template, proto, image_cuda(self.config))
 
-    def _dataflow_hook(self, drain: bool = False, wait: bool = False):
+    def _dataflow_hook(self, drain: bool = False, wait: bool = False) -> DataflowHook:
         """The provider's DataflowHook. ``wait``: its cancel_job waits until the stop has ended (cancel_timeout,
         polling every poll_sleep); without it the hook only asks, and the cleanup task waits in its trigger."""
         from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
@@ -103,7 +106,7 @@ class DataflowJobs(GcpService):
         dataflow = self.config.dataflow
         return DataflowHook(gcp_conn_id=self.conn_id, drain_pipeline=drain,
                             cancel_timeout=max(1, round(dataflow.stop_timeout_s)) if wait else None,
-                            poll_sleep=dataflow.poll_interval_s)
+                            poll_sleep=dataflow.poll_interval_s)  # type: ignore[arg-type] # seconds, a float
 
     def start_template(self, template_uri: str, template: dict[str, Any], job_name: str, names: ResourceNames,
                        streaming: bool) -> JobHandle:
@@ -194,7 +197,7 @@ class DataflowJobs(GcpService):
         """The job's state name (``JOB_STATE_RUNNING`` …), read with the provider's DataflowHook."""
         job = self._dataflow_hook().get_job(job_id=handle.id, project_id=self.config.project,
                                             location=handle.location)
-        return job.get("currentState", "JOB_STATE_UNKNOWN")
+        return str(job.get("currentState", "JOB_STATE_UNKNOWN"))
 
     def job_timeout_s(self, until: str) -> float:
         dataflow = self.config.dataflow
@@ -222,7 +225,7 @@ class DataflowJobs(GcpService):
         return self._stop(handle, None, wait=True)
 
     def _stop(self, handle: JobHandle, drain: bool | None, wait: bool) -> bool:
-        from airflow.exceptions import AirflowException
+        from airflow.exceptions import AirflowException  # type: ignore[attr-defined]
         from googleapiclient.errors import HttpError
 
         try:
@@ -271,7 +274,7 @@ class DataflowJobs(GcpService):
 
         from gpuflow.quota import quota_regions
 
-        async def active(region: str) -> list:
+        async def active(region: str) -> list[Any]:
             pager = await self._async_hook().list_jobs(jobs_filter=dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE,
                                                        project_id=self.config.project, location=region)
             return [job async for job in pager]
@@ -279,7 +282,7 @@ class DataflowJobs(GcpService):
         return [self._handle(job.id, job.name, region) for region in quota_regions(self.config)
                 for job in asyncio.run(active(region)) if job.name.startswith(name_prefixes)]
 
-    def _async_hook(self):
+    def _async_hook(self) -> AsyncDataflowHook:
         from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
 
         return AsyncDataflowHook(gcp_conn_id=self.conn_id)

@@ -4,9 +4,13 @@ provider's hook."""
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.platform.gcp_clients import GcpClients
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
 
 class GcpService:
@@ -15,11 +19,11 @@ class GcpService:
         self.conn_id = config.gcp_conn_id
         self.clients = GcpClients(self.conn_id)
 
-    def environment(self):
+    def environment(self) -> contextlib.AbstractContextManager[Any]:
         # The provider's hooks read the Airflow connection; nothing has to be set in this process.
         return contextlib.nullcontext({})
 
-    def _gcs(self):
+    def _gcs(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         return GCSHook(gcp_conn_id=self.conn_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from gpuflow import catalog
 from gpuflow.config_loading import beam_jobs_dir
@@ -12,6 +13,10 @@ from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import JobHandle
 from gpuflow.platform.console import vertex_custom_job_url
 from gpuflow.platform.gcp_service import GcpService
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
+    from google.cloud import aiplatform_v1
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +30,7 @@ class VertexExport(GcpService):
         return (self.config.export.machine_type or size.export_machine,
                 self.config.export.boot_disk_size_gb or size.export_disk_gb)
 
-    def custom_job(self, names: ResourceNames, script_uri: str, lock_uri: str):
+    def custom_job(self, names: ResourceNames, script_uri: str, lock_uri: str) -> aiplatform_v1.CustomJob:
         """The Vertex AI CustomJob that installs export.lock on the image's own torch, then runs download_model.py
         with Cloud Storage mounted under /gcs/."""
         import shlex
@@ -78,7 +83,7 @@ class VertexExport(GcpService):
         return JobHandle(kind="vertex-custom-job", id=job.name.rsplit("/", 1)[-1], name=job.name,
                          location=self.config.region, url=vertex_custom_job_url(self.config.project, job.name))
 
-    def _vertex_hook(self):
+    def _vertex_hook(self) -> CustomJobHook:
         from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
 
         return CustomJobHook(gcp_conn_id=self.conn_id)

@@ -34,13 +34,13 @@ class LocalPlatform(LocalExport, LocalImages, LocalProcesses):
         query = subprocess.run([nvidia_smi, "--query-gpu=name,utilization.gpu,utilization.memory",
                                 "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
                                stdin=subprocess.DEVNULL)
-        gpus = []
+        gpus: list[dict[str, Any]] = []
         for line in query.stdout.strip().splitlines():
             name, utilization, memory = (part.strip() for part in line.split(","))
             gpus.append({"name": name, "utilization": float(utilization) / 100,
                          "memory_utilization": float(memory) / 100})
         return {"source": "nvidia-smi", "gpus": gpus,
-                "max_utilization": max((g["utilization"] for g in gpus), default=0.0)}
+                "max_utilization": max((float(g["utilization"]) for g in gpus), default=0.0)}
 
     def gpu_capacity(self) -> dict[str, Any]:
         nvidia_smi = shutil.which("nvidia-smi")

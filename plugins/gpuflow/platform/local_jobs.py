@@ -41,7 +41,8 @@ class LocalProcesses(LocalService):
         if not report.exists():
             raise PipelineStartError(f"the GPU check (pid {handle.id}) ended without its report. Log tail:\n"
                                      + "\n".join(Path(handle.location).read_text(errors="replace").splitlines()[-30:]))
-        return json.loads(report.read_text())
+        report_json: dict[str, Any] = json.loads(report.read_text())
+        return report_json
 
     def pipeline_command(self, argv: list[str], streaming: bool = True) -> list[str]:
         """The inference pipeline on the local runner (the command `gpuflow launch-command` prints)."""
@@ -75,7 +76,8 @@ class LocalProcesses(LocalService):
     def job_running(self, handle: JobHandle) -> bool:
         return gpuflow_process_runs(int(handle.id))
 
-    def update_pipeline(self, argv, names, image, job_name, transform_name_mapping) -> JobHandle:
+    def update_pipeline(self, argv: list[str], names: ResourceNames, image: str, job_name: str,
+                        transform_name_mapping: dict[str, str]) -> JobHandle:
         raise NotImplementedError("the local DirectRunner cannot update a job in place; gpuflow.rollout plans a "
                                   "replacement on the local profile")
 
@@ -100,7 +102,8 @@ class LocalProcesses(LocalService):
             return {}
         found = next((item.split(b"=", 1)[1] for item in environment
                       if item.startswith(LABELS_VARIABLE.encode() + b"=")), b"{}")
-        return json.loads(found)
+        labels: dict[str, str] = json.loads(found)
+        return labels
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
         """The run's pipeline and GPU check processes, from their pid files."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.config_loading import beam_jobs_dir
@@ -17,7 +19,7 @@ class LocalService:
         self.config = config
         self.state_dir = Path(config.local.state_dir)
 
-    def environment(self):
+    def environment(self) -> contextlib.AbstractContextManager[Any]:
         return emulator_environment(self.config)
 
     def subprocess_env(self) -> dict[str, str]:

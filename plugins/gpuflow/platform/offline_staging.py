@@ -34,7 +34,7 @@ def stage_offline(config: GpuflowConfig, names: ResourceNames, script: str, argv
     from gpuflow.emulators import running_emulators
 
     with tempfile.TemporaryDirectory(prefix="gpuflow-check-") as scratch, running_emulators(config, scratch) as env:
-        client = storage.Client(project=config.project, credentials=AnonymousCredentials())
+        client = storage.Client(project=config.project, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
         if not client.bucket(names.bucket).exists():
             client.create_bucket(names.bucket)
         command = [*staging_command(config, names, script, argv, image, job_name, streaming), "--no_auth"]
@@ -52,7 +52,7 @@ def stage_offline(config: GpuflowConfig, names: ResourceNames, script: str, argv
     return with_template_launch(staged, runtime_environment(config, names, streaming))
 
 
-def _download(client, uri: str, as_json: bool = True):
+def _download(client: Any, uri: str, as_json: bool = True) -> Any:
     bucket, _, blob = uri.removeprefix("gs://").partition("/")
     data = client.bucket(bucket).blob(blob).download_as_bytes()
     return json.loads(data) if as_json else data

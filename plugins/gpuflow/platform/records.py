@@ -16,12 +16,15 @@ import os
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.batch_paths import split_gcs_uri
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import DEPLOYMENTS_FOLDER, ResourceNames, deployment_folder, pointer_folder, resource_names
 from gpuflow.rollout import DeploymentRecord, pointer_name
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ class Records:
         self.config, self.conn_id = config, conn_id
 
     @cached_property
-    def gcs(self):
+    def gcs(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         return GCSHook(gcp_conn_id=self.conn_id)
@@ -149,7 +152,8 @@ class Records:
         try:
             if not self.gcs.exists(bucket, blob):
                 return None
-            return json.loads(self.gcs.download(bucket, blob))
+            lease: dict[str, Any] = json.loads(self.gcs.download(bucket, blob))
+            return lease
         except Exception as error:  # a bucket gone or unreadable: no lease to go by
             log.info("no lease for %s (%s)", prefix, error)
             return None

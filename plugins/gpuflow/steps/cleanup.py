@@ -7,27 +7,28 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
-from gpuflow.platform import JobBackend, JobHandle
+from gpuflow.platform import JobFinder, JobHandle
 from gpuflow.rollout import DeploymentRecord
 from gpuflow.steps.resources import delete_resources
 
 log = logging.getLogger(__name__)
 
 
-def request_stops(names: ResourceNames, platform: JobBackend, handle: JobHandle | None,
+def request_stops(names: ResourceNames, platform: JobFinder, handle: JobHandle | None,
                   keep: str | None = None) -> list[JobHandle]:
     """Ask every job of the run (by handle, and by the run's prefix) to stop, except ``keep`` (the job id a
     deployment serves on); return those that were running."""
     handles = {h.id: h for h in platform.find_run_jobs(names)}
     if handle is not None:
         handles[handle.id] = handle
-    handles.pop(keep, None)
+    if keep is not None:
+        handles.pop(keep, None)
     stopping = [h for h in handles.values() if platform.request_stop(h)]
     log.info("asked %d job(s) of run %s to stop", len(stopping), names.prefix)
     return stopping
 
 
-def delete_run_resources(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
+def delete_run_resources(config: GpuflowConfig, names: ResourceNames, platform: JobFinder,
                          stopped: list[str], pubsub: bool = True, serving: DeploymentRecord | None = None
                          ) -> dict[str, Any]:
     """Once the jobs have stopped: delete the run's topics and subscriptions (``pubsub``) and objects. A

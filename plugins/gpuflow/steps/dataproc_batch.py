@@ -6,10 +6,13 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuflow.config import GpuflowConfig
+from gpuflow.config import DataprocConfig, GpuflowConfig
 from gpuflow.paths import project_path
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +27,20 @@ def parse_result(output: str) -> dict[str, Any]:
     """The job's ``GPUFLOW_RESULT {...}`` line; its absence is an error that says where to look."""
     for line in reversed(output.splitlines()):
         if RESULT_MARKER in line:
-            return json.loads(line.split(RESULT_MARKER, 1)[1])
+            result: dict[str, Any] = json.loads(line.split(RESULT_MARKER, 1)[1])
+            return result
     raise BatchFailed("the batch finished without printing its GPUFLOW_RESULT line; read its driver output")
 
 
+def batch_settings(config: GpuflowConfig) -> DataprocConfig:
+    """The configuration's dataproc section, which the dataproc workflow's preflight requires."""
+    if config.dataproc is None:
+        raise BatchFailed("the configuration has no dataproc section. Fix: add one (configs/dataproc.example.yaml).")
+    return config.dataproc
+
+
 def main_file(config: GpuflowConfig) -> Path:
-    path = Path(config.dataproc.main_python_file)
+    path = Path(batch_settings(config).main_python_file)
     return path if path.is_absolute() else project_path(str(path))
 
 
@@ -42,13 +53,13 @@ def run_local_batch(config: GpuflowConfig) -> dict[str, Any]:
 
     from gpuflow.platform.processes import run_logged
 
-    batch = config.dataproc
+    batch = batch_settings(config)
     threads = batch.executor_instances * batch.local_threads
     submit_args = (f"--master local[{threads}] --conf spark.executor.instances={batch.executor_instances} "
                    "--conf spark.ui.enabled=false pyspark-shell")
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": submit_args, "PYTHONUNBUFFERED": "1"}
     output = run_logged([sys.executable, str(main_file(config)), *batch.args], env, "local Spark batch",
-                        timeout_s=config.dataproc.timeout_s)
+                        timeout_s=batch.timeout_s)
     result = parse_result(output)
     for note in result.get("notes", []):
         log.warning("%s", note)
@@ -60,7 +71,7 @@ def run_local_batch(config: GpuflowConfig) -> dict[str, Any]:
 # -- gcp profile: Dataproc Serverless through the provider's hook ------------------------------------
 
 
-def _hook(config: GpuflowConfig):
+def _hook(config: GpuflowConfig) -> DataprocHook:
     from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
 
     return DataprocHook(gcp_conn_id=config.gcp_conn_id)
@@ -69,8 +80,9 @@ def _hook(config: GpuflowConfig):
 def staged_main_file_uri(config: GpuflowConfig, prefix: str, lease: tuple[str, str] | None = None) -> str:
     """gs:// files are used as they are; a project file is uploaded to the bucket under the run's prefix, after the
     run's lease (``lease``: dag_id, run_id), so that gpuflow_janitor leaves it alone while the run runs."""
-    if config.dataproc.main_python_file.startswith("gs://"):
-        return config.dataproc.main_python_file
+    main_python_file = batch_settings(config).main_python_file
+    if main_python_file.startswith("gs://"):
+        return main_python_file
     if not config.bucket:
         raise BatchFailed("a local main_python_file needs a bucket to stage it. Fix: set bucket, or a gs:// file.")
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
@@ -111,7 +123,7 @@ def create_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str,
     except AlreadyExists:
         log.info("batch %s exists already (a retry of this run); waiting for it", batch_id)
         return None
-    return operation.operation.name
+    return str(operation.operation.name)
 
 
 def finished_gcp_batch(config: GpuflowConfig, batch_id: str, state: str, state_message: str) -> dict[str, Any]:

@@ -29,8 +29,8 @@ def expected_image(config: GpuflowConfig, names: ResourceNames) -> str:
 
 def plan(config: GpuflowConfig, names: ResourceNames, platform: JobBackend) -> RolloutPlan:
     """Which path this run takes, from the deployment's record and whether its job still runs."""
-    record = Records(config, platform.conn_id).read(names.deployment)
-    running = bool(record) and platform.job_running(JobHandle.model_validate(record.job))
+    record = Records(config, platform.conn_id).read(names.serving)
+    running = record is not None and platform.job_running(JobHandle.model_validate(record.job))
     rollout = plan_rollout(config, record, expected_image(config, names), running)
     log.info("deployment %s: %s. %s", names.deployment, rollout.path, rollout.why)
     return rollout
@@ -39,9 +39,9 @@ def plan(config: GpuflowConfig, names: ResourceNames, platform: JobBackend) -> R
 def roll_out_weights(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
                      rollout: RolloutPlan) -> JobHandle:
     """The weights path: point the running job at the run's new version; its handle is the recorded job's."""
-    Records(config, platform.conn_id).write_pointer(names.deployment, names.model_version, names.model_dir_uri,
+    Records(config, platform.conn_id).write_pointer(names.serving, names.model_version, names.model_dir_uri,
                                                     names.state_dict_uri)
-    return JobHandle.model_validate(rollout.record.job)
+    return JobHandle.model_validate(rollout.served.job)
 
 
 def ensure_version_pointer(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
@@ -56,11 +56,11 @@ def ensure_version_pointer(config: GpuflowConfig, names: ResourceNames, platform
     on its own ``--model-version``; Beam hands it only pointers written after it started."""
     records = Records(config, platform.conn_id)
     if record is None:
-        return records.write_pointer(names.deployment, names.model_version, names.model_dir_uri,
+        return records.write_pointer(names.serving, names.model_version, names.model_dir_uri,
                                      names.state_dict_uri)
-    if records.has_pointer(names.deployment):
+    if records.has_pointer(names.serving):
         return None
-    return records.write_pointer(names.deployment, record.model_version, record.model_dir_uri, record.state_dict_uri)
+    return records.write_pointer(names.serving, record.model_version, record.model_dir_uri, record.state_dict_uri)
 
 
 def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, image: str,
@@ -68,7 +68,7 @@ def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: JobBa
     """The update path: Dataflow replaces the recorded job in place, under its name."""
     from gpuflow.steps.launch import pipeline_argv
 
-    return platform.update_pipeline(pipeline_argv(config, names), names, image, rollout.record.job_name,
+    return platform.update_pipeline(pipeline_argv(config, names), names, image, rollout.served.job_name,
                                     config.deployment.transform_name_mapping)
 
 
@@ -77,8 +77,8 @@ def promote(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, r
     """The new version answered: record it as the deployment's state. On the replace path, ask the old job to drain
     (so that what it holds is answered) and return it, for the task to wait until it has stopped."""
     record = DeploymentRecord(
-        name=names.deployment, job=handle.to_xcom(), job_name=handle.name,
-        subscription=rollout.record.subscription if rollout.path == "weights" else names.prompts_subscription,
+        name=names.serving, job=handle.to_xcom(), job_name=handle.name,
+        subscription=rollout.served.subscription if rollout.path == "weights" else names.prompts_subscription,
         image=image, model_version=names.model_version, model_dir_uri=names.model_dir_uri,
         state_dict_uri=names.state_dict_uri, options=job_options(config), changed_by=run_id, url=handle.url)
     Records(config, platform.conn_id).write(record, expected=rollout.record)
@@ -138,7 +138,7 @@ def roll_back(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
     recorded version (the new one may have loaded). A new job (replace, new) is stopped by cleanup as one of the
     run's jobs; an update in place is undone by updating again with the recorded image and options."""
     records = Records(config, platform.conn_id)
-    current = records.read(names.deployment)
+    current = records.read(names.serving)
     if current is not None and current.changed_by == run_id:
         return {"rolled_back": False, "serving": current.model_version}  # promoted
     record = rollout.record
@@ -148,7 +148,7 @@ def roll_back(config: GpuflowConfig, names: ResourceNames, platform: JobBackend,
     if pushed is None:  # the run stopped before its launch: nothing serving was touched
         pass
     elif rollout.path == "weights":
-        records.write_pointer(names.deployment, record.model_version, record.model_dir_uri, record.state_dict_uri)
+        records.write_pointer(names.serving, record.model_version, record.model_dir_uri, record.state_dict_uri)
     elif rollout.path == "update" and current is not None and rolled_back_update(current, record):
         log.info("deployment %s: the update was already undone (job %s serves the recorded version)",
                  names.deployment, current.job.get("id"))  # a retry of cleanup: no second update

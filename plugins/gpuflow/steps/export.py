@@ -25,7 +25,8 @@ def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None
     marker_object, state_dict_object = f"{folder}/{EXPORT_MARKER}", f"{folder}/state_dict.pth"
     if not (gcs.exists(bucket, marker_object) and gcs.exists(bucket, state_dict_object)):
         return None
-    return json.loads(gcs.download(bucket, marker_object))
+    marker: dict[str, Any] = json.loads(gcs.download(bucket, marker_object))
+    return marker
 
 
 def export_model(config: GpuflowConfig, names: ResourceNames, platform: ExportBackend) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import DEPLOYMENTS_FOLDER, deployment_folder, deployment_prefix
-from gpuflow.platform import JobBackend
+from gpuflow.platform import JobFinder
 from gpuflow.platform.records import DEPLOYMENT_MARK, Records
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class Ownership:
                 except Exception as error:  # a deleted DAG run: Airflow has no state for it
                     log.info("run %s (%s %s): %s", prefix, lease["dag_id"], lease["run_id"], error)
             self._runs[prefix] = str(state).lower().rsplit(".", 1)[-1] in LIVE_STATES
-            if self._runs[prefix] and lease.get("deployment"):
+            if self._runs[prefix] and lease and lease.get("deployment"):
                 self.leased_deployments.add(lease["deployment"])
             log.info("run %s: %s", prefix, f"DAG run {lease['dag_id']} {lease['run_id']} is {state}" if lease
                      else "no lease")
@@ -123,7 +123,7 @@ def label_disagreement(name: str, labels: dict[str, str]) -> str | None:
 class Claims:
     """What the janitor may judge: gpuflow's by its labels or owner marks. The rest is left alone, with why."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.left_alone: list[dict[str, str]] = []
 
     def claim(self, kind: str, found: dict[str, dict[str, str]],
@@ -140,7 +140,7 @@ class Claims:
         return mine
 
 
-def find_leftovers(config: GpuflowConfig, platform: JobBackend, dagrun_state: DagRunState) -> dict[str, list]:
+def find_leftovers(config: GpuflowConfig, platform: JobFinder, dagrun_state: DagRunState) -> dict[str, list[Any]]:
     """What gpuflow made (by its labels and owner marks) that no running DAG run and no recorded deployment owns,
     and, under ``left_alone``, what is named like gpuflow's but is not provably its."""
     from gpuflow.steps.resources import list_labeled
@@ -167,7 +167,7 @@ def find_leftovers(config: GpuflowConfig, platform: JobBackend, dagrun_state: Da
     jobs = platform.find_gpuflow_jobs()
     labelled_jobs = set(claims.claim("job", {job.name: platform.job_labels(job) for job in jobs}))
     folders = claims.claim("deployment folder", {name: {} for name in _deployment_folders(config, records)}, lambda name, _: (
-        None if records.gcs.exists(config.bucket, f"{DEPLOYMENTS_FOLDER}/{name}/{DEPLOYMENT_MARK}")
+        None if config.bucket and records.gcs.exists(config.bucket, f"{DEPLOYMENTS_FOLDER}/{name}/{DEPLOYMENT_MARK}")
         else f"no {DEPLOYMENT_MARK} owner mark"))
     return {
         "jobs": [job.to_xcom() for job in jobs if job.name in labelled_jobs and not ownership.owned(job.name, job.id)],
@@ -210,7 +210,7 @@ def _deployment_folders(config: GpuflowConfig, records: Records) -> list[str]:
                    if name.count("/") >= 3})
 
 
-def clean_up(config: GpuflowConfig, platform: JobBackend, leftovers: dict[str, list]) -> dict[str, Any]:
+def clean_up(config: GpuflowConfig, platform: JobFinder, leftovers: dict[str, list[Any]]) -> dict[str, Any]:
     """Delete what ``find_leftovers`` found (its jobs were asked to stop first); what fails is reported, not hidden."""
     from gpuflow.steps.resources import delete_objects, delete_subscriptions, delete_topics, delete_whole_bucket
 
@@ -231,7 +231,7 @@ def clean_up(config: GpuflowConfig, platform: JobBackend, leftovers: dict[str, l
     return leftovers
 
 
-def describe(leftovers: dict[str, list]) -> str:
+def describe(leftovers: dict[str, list[Any]]) -> str:
     lines = []
     for kind, items in leftovers.items():
         if kind == "left_alone":

@@ -6,11 +6,16 @@ The hooks work unchanged on the emulators (local profile) and on Google Cloud (g
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.batch_paths import split_gcs_uri
 from gpuflow.config import GpuflowConfig
 from gpuflow.naming import ResourceNames
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +28,14 @@ PROMPTS_ACK_DEADLINE_S = 60
 ANSWERS_ACK_DEADLINE_S = 10
 
 
-def _hooks(conn_id: str):
+def _hooks(conn_id: str) -> tuple[PubSubHook, GCSHook]:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
     return PubSubHook(gcp_conn_id=conn_id), GCSHook(gcp_conn_id=conn_id)
 
 
-def _bucket_readable(gcs, bucket: str) -> bool:
+def _bucket_readable(gcs: GCSHook, bucket: str) -> bool:
     from google.api_core.exceptions import Forbidden, NotFound
 
     try:
@@ -48,7 +53,7 @@ def _project_number(config: GpuflowConfig, conn_id: str) -> str | None:
     from gpuflow.platform.gcp_clients import GcpClients
 
     project = GcpClients(conn_id).projects().get_project(request={"name": f"projects/{config.project}"})
-    return project.name.split("/", 1)[1]
+    return str(project.name).split("/", 1)[1]
 
 
 def check_run_bucket(bucket: Any, config: GpuflowConfig, names: ResourceNames, conn_id: str) -> None:
@@ -69,7 +74,7 @@ def check_run_bucket(bucket: Any, config: GpuflowConfig, names: ResourceNames, c
             "or delete that bucket if it is yours and left over.")
 
 
-def ensure_bucket(gcs, config: GpuflowConfig, names: ResourceNames, conn_id: str) -> bool:
+def ensure_bucket(gcs: GCSHook, config: GpuflowConfig, names: ResourceNames, conn_id: str) -> bool:
     """Create the bucket if missing; True if this call created it. A 409 counts only if we can read it. A
     run-scoped bucket that exists must be this run's own (``check_run_bucket``); a configured bucket is the team's."""
     from google.api_core.exceptions import Conflict
@@ -198,7 +203,7 @@ def delete_topics(config: GpuflowConfig, conn_id: str, topics: list[str], raise_
         topic=topic, project_id=config.project, fail_if_not_exists=False))
 
 
-def _each(items: list[str], kind: str, raise_errors: bool, delete) -> list[str]:
+def _each(items: list[str], kind: str, raise_errors: bool, delete: Callable[[str], object]) -> list[str]:
     problems = []
     for item in items:
         try:
@@ -222,7 +227,7 @@ def delete_objects(config: GpuflowConfig, conn_id: str, folder_uri: str) -> int:
     return len(names)
 
 
-def list_labeled(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...]) -> dict[str, dict[str, dict]]:
+def list_labeled(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...]) -> dict[str, dict[str, dict[str, str]]]:
     """The project's topics and subscriptions whose names start with ``prefix`` (or one of several), each with
     its labels (the janitor's proof of ownership: a name proves nothing)."""
     pubsub, _ = _hooks(conn_id)
