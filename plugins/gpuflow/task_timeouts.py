@@ -102,9 +102,11 @@ def config_lookup(config: Any) -> Lookup:
 
 
 def too_short_for(config: Any, dag: Any) -> list[str]:
-    """What this run's configuration needs beyond its tasks' execution_timeout, one line per task."""
+    """What this run's configuration needs beyond its gpuflow tasks' execution_timeout, one line per task (a team's
+    own tasks in the same DAG declare no wait, and are theirs to bound)."""
     needed = timeouts_s(config_lookup(config))
-    return [f"{task.task_id} needs up to {needed[waits_for(task)]:.0f}s but its execution_timeout is "
+    return [f"{task.task_id} needs up to {needed[task.waits_for]:.0f}s but its execution_timeout is "
             f"{task.execution_timeout.total_seconds():.0f}s"
             for task in dag.tasks
-            if task.execution_timeout is not None and needed[waits_for(task)] > task.execution_timeout.total_seconds()]
+            if getattr(task, "waits_for", None) is not None and task.execution_timeout is not None
+            and needed[task.waits_for] > task.execution_timeout.total_seconds()]

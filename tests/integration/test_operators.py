@@ -33,12 +33,12 @@ def test_on_kill_stops_the_pipeline_process(local_config, emulators):
         create_resources(local_config, names, platform.conn_id)
         try:
             with pytest.raises(TaskDeferred) as deferred:
-                operator.run_step(local_config, names, platform, {"ti": ti})
+                operator.execute_step(local_config, names, platform, {"ti": ti})
             handle = ti.pushed["job_handle"]
             pid = int(handle["id"])
             trigger = deferred.value.trigger
             assert (type(trigger).__name__, trigger.pid, trigger.until) == ("LocalProcessTrigger", pid, "running")
-            assert deferred.value.method_name == "resume" and ti.pushed["gpuflow_resume"]["handle"] == handle
+            assert deferred.value.method_name == "execute_complete" and ti.pushed["gpuflow_resume"]["handle"] == handle
             assert process_alive(pid)
             operator.on_kill()
             deadline = time.monotonic() + 15

@@ -104,7 +104,8 @@ def rollout_plan(context: Any):
     return RolloutPlan.model_validate(pushed)
 
 
-#: The XCom that carries a deferred step's state (its job handle and what ``defer_on`` was given) to ``resume``.
+#: The XCom that carries a deferred step's state (its job handle and what ``defer_on`` was given) to
+#: ``execute_complete``.
 RESUME_KEY = "gpuflow_resume"
 
 
@@ -127,8 +128,9 @@ def event_succeeded(event: dict[str, Any] | None) -> bool:
 class GpuflowStepOperator(BaseOperator):
     """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment.
 
-    A step that starts a job defers (``defer_on``) and goes on in ``resume_step`` when the trigger fires, so that no
-    worker slot is held while Google (or the local pipeline process) works."""
+    A step that starts a job defers (``defer_on``) and goes on in ``execute_complete_step`` when the trigger fires
+    (Airflow calls ``execute_complete``), so that no worker slot is held while Google (or the local pipeline
+    process) works."""
 
     template_fields = ("config_json", "image")
     ui_color = "#e8f4fd"
@@ -154,9 +156,9 @@ class GpuflowStepOperator(BaseOperator):
             return step(config, names, platform, context, **kwargs)
 
     def execute(self, context: Any) -> Any:
-        return self._in_platform(context, self.run_step)
+        return self._in_platform(context, self.execute_step)
 
-    def resume(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         """Where a deferred step goes on: the trigger's event, and what ``defer_on`` carried over (in XCom: Airflow
         keeps a task's XComs across a deferral, while ``dag.test`` drops the defer kwargs once an event arrives)."""
         from gpuflow.platform import JobHandle
@@ -164,7 +166,7 @@ class GpuflowStepOperator(BaseOperator):
         carried = {**(context["ti"].xcom_pull(task_ids=self.task_id, key=RESUME_KEY) or {}), **kwargs}
         if carried.get("handle"):  # defer_on's job handle, back from its JSON form
             carried["handle"] = JobHandle.model_validate(carried["handle"])
-        return self._in_platform(context, self.resume_step, event=event or {}, **carried)
+        return self._in_platform(context, self.execute_complete_step, event=event or {}, **carried)
 
     def remember_job(self, platform, handle) -> None:
         """The job this task just started: ``on_kill`` stops it until the task defers (then the trigger's does)."""
@@ -195,7 +197,8 @@ class GpuflowStepOperator(BaseOperator):
 
     def defer_on(self, context: Any, config, platform, handle, until: str, timeout_s: float | None = None,
                  **carry: Any) -> None:
-        """Give the worker slot back until the job of ``handle`` reaches ``until``; ``resume_step`` gets ``carry``."""
+        """Give the worker slot back until the job of ``handle`` reaches ``until``; ``execute_complete_step`` gets
+        ``carry``."""
         from gpuflow.triggers import job_trigger
 
         seconds = timeout_s if timeout_s is not None else platform.job_timeout_s(until)
@@ -204,7 +207,7 @@ class GpuflowStepOperator(BaseOperator):
                         **carry)
 
     def defer_with(self, context: Any, trigger: Any, timeout_s: float, **carry: Any) -> None:
-        """Defer to ``trigger``; ``resume_step`` gets its event and ``carry`` (kept in the task's XCom)."""
+        """Defer to ``trigger``; ``execute_complete_step`` gets its event and ``carry`` (kept in the task's XCom)."""
 
         context["ti"].xcom_push(key=RESUME_KEY, value=carry)
         # Two bounds on a deferred wait, each with its own job (Airflow 3.3.2):
@@ -215,10 +218,10 @@ class GpuflowStepOperator(BaseOperator):
         #   the only bound Airflow keeps while a task is deferred: the execution API does not apply the task's
         #   execution_timeout to a deferral (its "TODO: HANDLE execution timeout later", routes/task_instances.py).
         # execution_timeout (gpuflow.task_timeouts) bounds the task's running parts, before and after the wait.
-        self.defer(trigger=trigger, method_name="resume", timeout=deferral_timeout(timeout_s))
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=deferral_timeout(timeout_s))
 
-    def run_step(self, config, names, platform, context: Any) -> Any:
+    def execute_step(self, config, names, platform, context: Any) -> Any:
         raise NotImplementedError
 
-    def resume_step(self, config, names, platform, context: Any, event: dict[str, Any], **carry: Any) -> Any:
+    def execute_complete_step(self, config, names, platform, context: Any, event: dict[str, Any], **carry: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not defer")

@@ -59,7 +59,7 @@ class WaitForInputOperator(GpuflowStepOperator):
 
     ui_color = "#fff3cd"
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.batch import find_input
 
         files = find_input(config, platform.conn_id)
@@ -73,7 +73,7 @@ class WaitForInputOperator(GpuflowStepOperator):
             self.defer_with(context, input_trigger(config), config.batch.input_wait_s)
         return self._missing(config, f"{config.batch.input} matches no file")
 
-    def resume_step(self, config, names, platform, context, event, **_):
+    def execute_complete_step(self, config, names, platform, context, event, **_):
         from gpuflow.steps.batch import find_input
 
         files = find_input(config, platform.conn_id)
@@ -95,7 +95,7 @@ class WaitForInputOperator(GpuflowStepOperator):
 class BatchSetupOperator(SetupResourcesOperator):
     """The run's bucket (for the exported model and the job's staging), without Pub/Sub: a batch job reads files."""
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
 
         return create_resources(config, names, platform.conn_id, pubsub=False,
@@ -119,7 +119,7 @@ class PublishOutputsOperator(GpuflowStepOperator):
 
     ui_color = "#d4edda"
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.batch import CountsDoNotAddUp, publish_outputs, staged_summary
 
         job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}
@@ -142,7 +142,7 @@ class PublishOutputsOperator(GpuflowStepOperator):
 class BatchGpuUsageOperator(GpuUsageCheck):
     """After the batch job: did its GPUs work over the job's window (smoke_test.gpu_usage: fail, warn, ignore)?"""
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.platform import JobHandle
 
         job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}

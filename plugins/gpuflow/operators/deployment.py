@@ -29,7 +29,7 @@ class PromoteOperator(GpuflowStepOperator):
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.deployment import after_replaced_job, promote
 
         rollout = rollout_plan(context)
@@ -48,7 +48,7 @@ class PromoteOperator(GpuflowStepOperator):
         return {**result, "replaced": draining.to_xcom() if draining else None,
                 "deleted_subscriptions": after_replaced_job(config, names, platform, rollout)}
 
-    def resume_step(self, config, names, platform, context, event, handle, result):
+    def execute_complete_step(self, config, names, platform, context, event, handle, result):
         from gpuflow.steps.deployment import after_replaced_job
 
         log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "replaced job %s: %s", handle.name,
@@ -63,7 +63,7 @@ class TeardownOperator(CleanupOperator):
 
     waits_for = "job_stop"  # its execution_timeout: gpuflow.task_timeouts
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.naming import DEPLOYMENT_LABEL, deployment_name
         from gpuflow.platform import JobHandle
         from gpuflow.platform.records import Records
@@ -94,7 +94,7 @@ class JanitorOperator(CleanupOperator):
 
     LEFTOVERS_KEY = "gpuflow_leftovers"
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.platform import JobHandle
         from gpuflow.steps.janitor import describe, find_leftovers
 

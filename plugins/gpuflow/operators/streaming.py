@@ -30,19 +30,47 @@ STATE_DICT_ASSET = Asset(name="gpuflow_state_dict")
 
 
 class PreflightOperator(BaseOperator):
-    """Validate the configuration and the environment; fail before anything is created."""
+    """Validate the configuration and the environment; fail before anything is created.
 
+    Both profiles: the configuration's own rules, then what the profile can read (local: this machine, the
+    emulators; gcp: the region's zones, the project's APIs, IAM, policies and bucket; on Composer: the GPU pool).
+    It waits for nothing. Its result is the validated configuration as JSON, which the other gpuflow operators take
+    as ``config_json``.
+
+    :param config_file: the configuration file (in ``configs/`` or the site folder, or an absolute path the DAG's
+        author chose). Without it, the configuration comes from the DAG's trigger form and the run's conf
+        (gpuflow's own DAGs); with it, the run's conf is not read.
+    :param settings: dotted keys over the file's values (``{"model.max_new_tokens": 8}``), set by the DAG's author.
+    """
+
+    template_fields = ("config_file", "settings")
     waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#fff3cd"
     workflow = "inference"  # which of preflight's rule sets apply
 
+    def __init__(self, *, config_file: str | None = None, settings: dict[str, Any] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config_file, self.settings = config_file, settings
+
     def execute(self, context: Any) -> dict[str, Any]:
-        config = self.for_this_run(config_from_params(context), context)
+        config = self.for_this_run(self._config(context), context)
         result = validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}")
         if self.workflow == "inference" and config.deployment.mode == "persistent":
             context["ti"].xcom_push(key=ROLLOUT_KEY, value=self._plan(config, context).model_dump(mode="json"))
         return result
+
+    def _config(self, context: Any):
+        if self.config_file is None:
+            return config_from_params(context)
+        from gpuflow.config import ConfigError
+        from gpuflow.config_loading import load_config
+
+        try:
+            return load_config(self.config_file, overrides=[f"{key}={value}" for key, value in
+                                                            (self.settings or {}).items()])
+        except ConfigError as error:
+            raise AirflowFailException(str(error)) from None
 
     @staticmethod
     def _plan(config, context: Any):
@@ -62,7 +90,7 @@ class PreflightOperator(BaseOperator):
 class SetupResourcesOperator(GpuflowStepOperator):
     waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
 
         rollout = rollout_plan(context)
@@ -72,13 +100,20 @@ class SetupResourcesOperator(GpuflowStepOperator):
 
 
 class QuotaCheckOperator(GpuflowStepOperator):
-    """gcp: fail before anything is created when the regional GPU quota cannot cover the workers."""
+    """Fail before anything is created when the GPUs the workers need are not there.
+
+    gcp: the GPU's regional quota (Compute Engine, or Cloud Quotas for a GPU family) and GPUS_ALL_REGIONS must cover
+    ``worker.max_num_workers`` times ``gpu.count``; an unreported quota is a warning with where to read it. local:
+    this machine's GPUs (nvidia-smi), reported. It waits for nothing.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    """
 
     waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#fff3cd"
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.quota import QuotaTooLow, check_quota
 
         rollout = rollout_plan(context)
@@ -99,14 +134,14 @@ class ExportModelOperator(GpuflowStepOperator):
 
     operator_extra_links = (VertexAIConsoleLink(),)
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.export import export_model
 
         result = export_model(config, names, platform)
         self.defer_on_started_job(context, config, platform, result, VertexAIConsoleLink, config.export.timeout_s)
         return self._exported(config, context, result)
 
-    def resume_step(self, config, names, platform, context, event, handle, result):
+    def execute_complete_step(self, config, names, platform, context, event, handle, result):
         if not event_succeeded(event):
             raise AirflowException(f"the export failed: {event.get('message')}. Fix: read the job's logs in the "
                                    "Vertex AI console (the task's link); a larger export.machine_type helps when it "
@@ -134,14 +169,14 @@ class BuildContainerOperator(GpuflowStepOperator):
 
     operator_extra_links = (CloudBuildConsoleLink(),)
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.container import build_container
 
         result = build_container(config, names, platform)
         self.defer_on_started_job(context, config, platform, result, CloudBuildConsoleLink, config.container.build_timeout_s)
         return result
 
-    def resume_step(self, config, names, platform, context, event, handle, result):
+    def execute_complete_step(self, config, names, platform, context, event, handle, result):
         if not event_succeeded(event):
             raise AirflowException(f"Cloud Build {handle.id} failed: {event.get('message')}. Fix: read its log "
                                    "(the task's Cloud Build link).")
@@ -158,11 +193,19 @@ def _image_of(build_result: Any) -> str:
 
 
 class VerifyGpuOperator(GpuflowStepOperator):
-    """Starts the GPU check job where the workers run, defers until it is done, then judges its report."""
+    """Starts the GPU check job where the workers run, defers until it is done, then judges its report.
+
+    gcp: a Dataflow batch job on the configured GPU workers and image; local: beam_jobs/gpu_check.py on the local
+    runner. Deferred, the triggerer waits for the job to finish (up to the profile's job timeout); a job killed with
+    the task is stopped. With ``require_gpu``, a report without a GPU fails the task.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param image: the worker image (a URI, or ``BuildContainerOperator``'s result); the local runner ignores it.
+    """
 
     waits_for = "job_start"  # its execution_timeout: gpuflow.task_timeouts
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         if not config.uses_gpu:
             log.info("gpu.type none: the workers run on CPU, so there is no GPU to check")
             return {"gpu_found": False, "skipped": "gpu.type none: CPU workers"}
@@ -174,7 +217,7 @@ class VerifyGpuOperator(GpuflowStepOperator):
         self.remember_job(platform, handle)
         self.defer_on(context, config, platform, handle, "done")
 
-    def resume_step(self, config, names, platform, context, event, handle):
+    def execute_complete_step(self, config, names, platform, context, event, handle):
         from gpuflow.steps.gpu import NoGpuOnWorkers, judge_gpu_report
 
         if not event_succeeded(event):
@@ -198,7 +241,7 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     operator_extra_links = (DataflowConsoleLink(),)
     batch = False  # the batch DAG's run_batch: a batch job, waited for until it is done
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         rollout = None if self.batch else rollout_plan(context)
         if rollout is not None and rollout.path != "weights":  # a deployment's new job watches its pointer folder
             from gpuflow.steps.deployment import ensure_version_pointer
@@ -240,7 +283,7 @@ class LaunchPipelineOperator(GpuflowStepOperator):
         self.defer_on(context, placement.config, platform, handle, until, timeout_s, placement=placement.number,
                       failures=failures, started=time.time())
 
-    def resume_step(self, config, names, platform, context, event, handle, placement, failures, started):
+    def execute_complete_step(self, config, names, platform, context, event, handle, placement, failures, started):
         from gpuflow.steps.launch import after_failed_start
 
         if event_succeeded(event):
@@ -282,7 +325,7 @@ class GpuUsageCheck(GpuflowStepOperator):
                                                        "note": f"no Dataflow job handle ({self.launch_task_id} "
                                                                "pushed none)"})
 
-    def resume_step(self, config, names, platform, context, event, result, **_):
+    def execute_complete_step(self, config, names, platform, context, event, result, **_):
         return self._checked(config, result, event["usage"])
 
     @staticmethod
@@ -298,11 +341,20 @@ class GpuUsageCheck(GpuflowStepOperator):
 
 class SmokeTestOperator(GpuUsageCheck):
     """Asks the pipeline questions, defers until each has its answer or dead letter (``gpuflow.triggers.answers``),
-    then checks that its GPUs really worked over the questions' window."""
+    then checks that its GPUs really worked over the questions' window.
+
+    Both profiles publish ``smoke_test.num_prompts`` prompts to the run's (or deployment's) prompts topic; the
+    triggerer waits up to ``smoke_test.timeout_s`` (a rollout: ``deployment.rollout_timeout_s``) and acknowledges
+    nothing; the task keeps the answers in its XCom, then acknowledges them. gcp: the GPU usage comes from Cloud
+    Monitoring (a second deferral); local: from nvidia-smi, where there is one.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param launch_task_id: the task that pushed the pipeline's job handle (``LaunchPipelineOperator``).
+    """
 
     waits_for = "smoke_test"  # its execution_timeout: gpuflow.task_timeouts
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.smoke import start_smoke_test
 
         rollout = rollout_plan(context)
@@ -316,9 +368,9 @@ class SmokeTestOperator(GpuUsageCheck):
         self.defer_with(context, smoke_answers_trigger(config, names, state), max(0.0, state.deadline - time.time()),
                         smoke=state.model_dump(mode="json"))
 
-    def resume_step(self, config, names, platform, context, event, smoke=None, **carry):
+    def execute_complete_step(self, config, names, platform, context, event, smoke=None, **carry):
         if smoke is None:  # back from the GPU-usage wait
-            return super().resume_step(config, names, platform, context, event, **carry)
+            return super().execute_complete_step(config, names, platform, context, event, **carry)
         from gpuflow.steps.smoke import (
             SmokeRound,
             SmokeTestFailed,
@@ -351,13 +403,20 @@ class SmokeTestOperator(GpuUsageCheck):
 class CleanupOperator(GpuflowStepOperator):
     """Stops the run's jobs (by handle, and by the run's prefix), deferring while Dataflow stops them, then deletes
     the run's resources. A persistent deployment's run first rolls back what it did not promote, and never stops
-    the job the deployment serves on, nor deletes its topics, subscription or model."""
+    the job the deployment serves on, nor deletes its topics, subscription or model.
+
+    It deletes only what carries the run's names and labels (``gpuflow.naming``), never a team's bucket or objects
+    outside the run's prefix. Make it the teardown of the tasks that create (``cleanup.as_teardown(setups=...)``).
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param launch_task_id: the task that pushed the pipeline's job handle, if any.
+    """
 
     waits_for = "every_region_stops"  # its execution_timeout: gpuflow.task_timeouts
 
     ui_color = "#f8d7da"
 
-    def run_step(self, config, names, platform, context):
+    def execute_step(self, config, names, platform, context):
         from gpuflow.steps.cleanup import request_stops
 
         pushed, keep = _pushed_handle(context, self.launch_task_id), None
@@ -393,6 +452,6 @@ class CleanupOperator(GpuflowStepOperator):
             serving = Records(config, platform.conn_id).read(names.deployment)
         return delete_run_resources(config, names, platform, stopped, serving=serving)
 
-    def resume_step(self, config, names, platform, context, event, handle, stopping, stopped):
+    def execute_complete_step(self, config, names, platform, context, event, handle, stopping, stopped):
         log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "%s", event.get("message"))
         return self._next(context, config, names, platform, stopping, stopped)
