@@ -19,7 +19,6 @@ from gpuflow.workflow_names import GPU_POOL, LAUNCH_TASK, PREFLIGHT_TASK
 log = logging.getLogger(__name__)
 
 
-
 def config_from_params(context: Any):
     """The run's configuration: its config file, then its Params. A bad one fails the task without retries.
 

@@ -41,6 +41,8 @@ class PreflightOperator(BaseOperator):
         author chose). Without it, the configuration comes from the DAG's trigger form and the run's conf
         (gpuflow's own DAGs); with it, the run's conf is not read.
     :param settings: dotted keys over the file's values (``{"model.max_new_tokens": 8}``), set by the DAG's author.
+        Both are templated; a template that reads ``dag_run.conf`` hands the choice to whoever triggers the run,
+        past gpuflow's run policy (``gpuflow.run_policy``), so read the team's own tasks' results instead.
     """
 
     template_fields = ("config_file", "settings")

@@ -104,7 +104,6 @@ class JobBackend(Backend, Protocol):
         """Stop the job and wait (bounded) until it has; True if it was still running."""
 
 
-
 class JobFinder(JobBackend, Protocol):
     """The jobs found without a handle, by their names and labels, to stop them: a run's cleanup after a failed
     launch, the janitor, a deployment's teardown."""
