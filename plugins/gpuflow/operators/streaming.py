@@ -69,8 +69,7 @@ class PreflightOperator(BaseOperator):
         from gpuflow.config_loading import load_config
 
         try:
-            return load_config(self.config_file, overrides=[f"{key}={value}" for key, value in
-                                                            (self.settings or {}).items()])
+            return load_config(self.config_file, self.settings)  # dotted keys, as a form's Params are set
         except ConfigError as error:
             raise AirflowFailException(str(error)) from None
 
