@@ -43,7 +43,7 @@ demo: venv ## the streaming LLM DAG on the local profile: prompts, answers and l
 	  AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False; \
 	$(BIN)/airflow db migrate > $(DEMO_HOME)/db-migrate.log 2>&1; \
 	$(BIN)/gpuflow emulators run -- $(BIN)/airflow dags test llm_streaming_inference 2>&1 | tee $(DEMO_HOME)/dags-test.log; \
-	$(BIN)/python -m gpuflow.demo_report $(DEMO_HOME)/dags-test.log
+	$(BIN)/python -m gpuflow.tools.demo_report $(DEMO_HOME)/dags-test.log
 
 # Resolve docker/locks/*.in into locks for each image's platform and Python (uv; reaches only PyPI).
 # PYTHON_VERSION=3.12 BEAM_VERSION=2.78.0 resolve the workers' locks for other versions.
@@ -55,7 +55,7 @@ lock: venv ## resolve docker/locks/*.in into each image's lock (uv; reaches only
 images-check: venv ## install each image lock dry-run, as pip would inside the image
 	$(BIN)/gpuflow images check
 
-lint: venv ## ruff, and mypy (strict) on the backends and the steps
+lint: venv ## ruff, and mypy (strict) on the backends, the steps, Dataflow's rules and the Composer client
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
@@ -64,7 +64,7 @@ docs: venv ## the pages in docs/ as a site in build/docs-site/ (MkDocs, Material
 	@echo "docs: build/docs-site/index.html"
 
 # The configuration reference, the trigger form's schema, and the generated blocks of docs/gcp.md and docs/gpus.md
-# (gpuflow.generated). A test fails when one is stale.
+# (gpuflow.tools.generated). A test fails when one is stale.
 generate: venv ## rewrite what is generated from the configuration model, the catalog and the image locks
 	$(BIN)/python dev/generate.py
 

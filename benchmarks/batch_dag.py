@@ -30,10 +30,10 @@ from inference_throughput import SHAPES, prepare, run_plain_loop  # noqa: E402 -
 
 def dag_batch_command(model_dir: Path, workdir: Path) -> tuple[list[str], Path, Any]:
     """The command run_batch runs for a date whose input is ``workdir/prompts/2026-03-01/*.jsonl``."""
-    from gpuflow.batch_paths import fill_batch_paths, staging_folders
-    from gpuflow.config_loading import load_config
-    from gpuflow.naming import resource_names
+    from gpuflow.configuration.loading import load_config
     from gpuflow.platform.local import LocalPlatform
+    from gpuflow.runs.batch_paths import fill_batch_paths, staging_folders
+    from gpuflow.runs.naming import resource_names
     from gpuflow.steps.launch import pipeline_argv
 
     config = fill_batch_paths(load_config(None, overrides=[

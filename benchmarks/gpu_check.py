@@ -41,7 +41,7 @@ def loaded(architecture: str, device: str, dtype, workdir: Path, **shape):
     """A demo model written offline, loaded as the pipeline loads it (llm_models.load_model), in ``dtype``."""
     import torch
 
-    from gpuflow.demo_model import write_demo_model
+    from gpuflow.platform.demo_model import write_demo_model
     from llm_models import LoadedModel, load_model, load_tokenizer
 
     directory = write_demo_model(Path(tempfile.mkdtemp(prefix=f"{architecture}-", dir=workdir)),
@@ -63,7 +63,7 @@ def alone(loaded_model, tokens: list[int], max_new_tokens: int) -> str:
 def check_equality(device: str, workdir: Path, quick: bool) -> dict:
     import torch
 
-    from gpuflow.demo_model import _WORDS
+    from gpuflow.platform.demo_model import _WORDS
 
     results = {}
     for architecture in ("seq2seq", "causal"):

@@ -46,7 +46,7 @@ def auto_class(model_dir: Path):
 def prepare(workdir: Path, shape: str, count: int) -> tuple[Path, list[dict]]:
     import torch
 
-    from gpuflow.demo_model import _WORDS, write_demo_model
+    from gpuflow.platform.demo_model import _WORDS, write_demo_model
 
     architecture = "causal" if shape.startswith("causal") else "seq2seq"
     model_dir = write_demo_model(workdir / "model", architecture=architecture, **SHAPES[shape])

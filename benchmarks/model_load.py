@@ -61,7 +61,7 @@ def main() -> None:
     import torch
 
     import llm_models
-    from gpuflow.demo_model import write_demo_model
+    from gpuflow.platform.demo_model import write_demo_model
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuflow-bench-load-"))
     model_dir = write_demo_model(workdir / "model", **SHAPES[args.shape])

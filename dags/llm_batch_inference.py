@@ -29,8 +29,8 @@ from gpuflow.operators.batch import (
     WaitForInputOperator,
 )
 from gpuflow.operators.preparation import preparation
-from gpuflow.task_timeouts import apply_task_timeouts
-from gpuflow.trigger_form import FormLayout, attach_trigger_form, form_values
+from gpuflow.runs.task_timeouts import apply_task_timeouts
+from gpuflow.runs.trigger_form import FormLayout, attach_trigger_form, form_values
 from gpuflow.workflow_names import GPU_POOL
 
 DAG_ID = "llm_batch_inference"

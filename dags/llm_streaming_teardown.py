@@ -12,8 +12,8 @@ import pendulum
 from airflow.sdk import DAG
 
 from gpuflow.operators.deployment import MaintenancePreflightOperator, TeardownOperator
-from gpuflow.task_timeouts import apply_task_timeouts
-from gpuflow.trigger_form import FormLayout, attach_trigger_form
+from gpuflow.runs.task_timeouts import apply_task_timeouts
+from gpuflow.runs.trigger_form import FormLayout, attach_trigger_form
 
 #: The trigger form: the configuration file it shows, the fields set per run, the folded sections.
 FORM = FormLayout("configs/local.yaml", run_fields=("region", "deployment.name"),

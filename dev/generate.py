@@ -1,8 +1,8 @@
-"""Rewrite what gpuflow generates from its own data (gpuflow.generated): `make generate`. A development step, not a
-user command: it writes into the repository."""
+"""Rewrite what gpuflow generates from its own data (gpuflow.tools.generated): `make generate`. A development step,
+not a user command: it writes into the repository."""
 
-from gpuflow.generated import generated_files
 from gpuflow.paths import PROJECT_ROOT
+from gpuflow.tools.generated import generated_files
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Lay gpuflow out as a Cloud Composer environment's bucket, copied as deploy-composer copies it.
 
 ``python -m tests.composer_tree DEST`` writes DEST/dags, DEST/plugins/gpuflow and DEST/data/... from
-``gpuflow.composer.deploy_files`` (the very list the deploy uploads), plus the tests and their pytest settings,
+``gpuflow.composer.contents.deploy_files`` (the very list the deploy uploads), plus the tests and their pytest settings,
 which Composer never gets. ``make test-composer`` runs the tests there, with only dags/ and plugins/ on
 sys.path as Composer has them: a path that works only inside the repository fails.
 """
@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from gpuflow.composer import deploy_files
+from gpuflow.composer.contents import deploy_files
 from tests.helpers import ROOT
 
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(BEAM_JOBS))
 # The test configuration: the local profile with its own state directory.
 TEST_STATE_DIR = Path(tempfile.mkdtemp(prefix="gpuflow-test-state-"))
 # The deployment's site folder of configuration files, this process's own: the files a run may name as config_file
-# (gpuflow.run_policy), and where each test writes what a run's conf may not set (tests.helpers.site_config).
+# (gpuflow.runs.run_policy), and where each test writes what a run's conf may not set (tests.helpers.site_config).
 os.environ["GPUFLOW_SITE_DIR"] = str(TEST_STATE_DIR / "site")
 
 
@@ -52,7 +52,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def local_config():
     """The local profile on emulator ports of this session's own, so no other run's emulators are shared."""
-    from gpuflow.config_loading import load_config
+    from gpuflow.configuration.loading import load_config
     from tests.helpers import local_site_file, site_config
 
     site_config("local.yaml", **{
@@ -65,7 +65,7 @@ def local_config():
 @pytest.fixture(scope="session")
 def emulators(local_config):
     """The real Pub/Sub emulator and GCS emulator, started once for the session."""
-    from gpuflow.emulators import running_emulators
+    from gpuflow.platform.emulators import running_emulators
 
     with running_emulators(local_config, TEST_STATE_DIR / "emulators") as env:
         yield env
@@ -78,7 +78,7 @@ def airflow_db():
 
 
 def _demo_model(tmp_path_factory, architecture: str) -> Path:
-    from gpuflow.demo_model import write_demo_model
+    from gpuflow.platform.demo_model import write_demo_model
 
     return write_demo_model(tmp_path_factory.mktemp(f"demo-{architecture}"), architecture=architecture)
 

@@ -11,7 +11,7 @@ def mixed_length_prompts(tokenizer, count: int, max_tokens: int = 300, seed: int
     """Prompts whose token counts (with EOS) spread from 1 to ``max_tokens``."""
     import random
 
-    from gpuflow.demo_model import _WORDS
+    from gpuflow.platform.demo_model import _WORDS
 
     rng = random.Random(seed)
     prompts = []
@@ -35,20 +35,15 @@ GCP_TEST_PROJECT = "gpuflow-gcp-test"
 def first_event(trigger) -> dict:
     """What the triggerer hands a deferred task: the trigger's first event, after a serialize round trip (the
     triggerer rebuilds each trigger from its classpath and kwargs)."""
-    import asyncio
     import importlib
+
+    from gpuflow.triggers import first_event as wait_for_first_event
 
     classpath, kwargs = trigger.serialize()
     module, _, name = classpath.rpartition(".")
     revived = getattr(importlib.import_module(module), name)(**kwargs)
     assert revived.serialize() == (classpath, kwargs)
-
-    async def run():
-        async for event in revived.run():
-            return event.payload
-        raise AssertionError("the trigger ended without an event")
-
-    return asyncio.run(run())
+    return wait_for_first_event(revived, timeout_s=3600)  # each test's own timeout (pytest-timeout) comes first
 
 
 def dag_bag(folder: Path | None = None):
@@ -69,7 +64,7 @@ def dag_forms() -> dict:
 def _dag_forms() -> tuple:
     global _FORMS
     if _FORMS is None:
-        from gpuflow.trigger_form import dag_form
+        from gpuflow.runs.trigger_form import dag_form
 
         bag = dag_bag()
         _FORMS = tuple(sorted((dag_id, dag_form(dag)) for dag_id, dag in bag.dags.items()))
@@ -90,11 +85,11 @@ def site_config(name: str, base: str | Path = "configs/local.yaml", **values) ->
     """Write ``name`` into the deployment's site folder ($GPUFLOW_SITE_DIR: a folder of each test process's own, set
     by conftest.py): ``base``'s keys with ``values`` (dotted keys) over them; its path.
 
-    A run's conf may set knobs only (gpuflow.run_policy), so what a test needs beyond them (its emulators' ports, its
+    A run's conf may set knobs only (gpuflow.runs.run_policy), so what a test needs beyond them (its emulators' ports, its
     state folder, its bucket, its models) goes into a configuration file, as a deployment manager's would."""
     import yaml
 
-    from gpuflow.config_loading import _set_dotted, resolve_config_path
+    from gpuflow.configuration.loading import _set_dotted, resolve_config_path
     from gpuflow.paths import site_dir
 
     data = yaml.safe_load(resolve_config_path(base).read_text()) or {}

@@ -99,7 +99,7 @@ class LiveAirflow:
 
     def stop_process(self, name: str) -> None:
         """SIGTERM to the process (a container's main process), SIGKILL to what is left after a grace period."""
-        from gpuflow.emulators import stop_process_group
+        from gpuflow.platform.emulators import stop_process_group
 
         process = self.processes[name]
         process.terminate()
@@ -122,7 +122,7 @@ class LiveAirflow:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def stop(self) -> None:
-        from gpuflow.emulators import process_alive, stop_process_group
+        from gpuflow.platform.emulators import process_alive, stop_process_group
 
         for process in self.processes.values():
             stop_process_group(process.pid, grace_s=20)

@@ -58,7 +58,7 @@ DIRECT = ("launch.mode=direct",)
 
 def gcp_test_config(*overrides: str):
     """configs/gcp.example.yaml in the test project, polling at once: the unit tests' gcp configuration."""
-    from gpuflow.config_loading import load_config
+    from gpuflow.configuration.loading import load_config
     from tests.helpers import GCP_TEST_PROJECT
 
     return load_config("configs/gcp.example.yaml", overrides=[

@@ -94,7 +94,7 @@ class FakeGoogleCloud:
 
     It sits under the provider's hooks that gpuflow calls (CustomJobHook, CloudBuildHook, DataflowHook,
     AsyncDataflowHook, CustomJobAsyncHook, CloudBuildAsyncHook), in place of the clients they make, and under
-    gpuflow's own client factory (gpuflow.platform.gcp_clients.GcpClients, gpuflow.quota.compute_clients), in place
+    gpuflow's own client factory (gpuflow.platform.gcp_clients.GcpClients, gpuflow.gpus.quota.compute_clients), in place
     of the GAPIC client classes it constructs, so the hooks', the triggers' and the factory's own code runs: the
     connection's credentials, client info and impersonation chain."""
 

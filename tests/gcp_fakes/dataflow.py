@@ -351,7 +351,7 @@ class FakeWorkers:
         self.config, self.env, self.log_dir, self.real_gpu_check = config, env, log_dir, real_gpu_check
 
     def _names(self, job: FakeJob):
-        from gpuflow.naming import resource_names
+        from gpuflow.runs.naming import resource_names
 
         return resource_names(self.config, job.name.split("-")[0] + "-" + job.name.split("-")[1])
 
@@ -379,7 +379,7 @@ class FakeWorkers:
             env=self.env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self, job: FakeJob) -> None:
-        from gpuflow.emulators import stop_process_group
+        from gpuflow.platform.emulators import stop_process_group
 
         if job.process is not None:
             stop_process_group(job.process.pid)

@@ -143,7 +143,7 @@ def kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emul
     """The smoke test's trigger pulls every answer and logs it, and its triggerer is SIGKILLed before the event
     reaches the task. (The answers are let in while no triggerer runs, so the first trigger has them all at its
     first pull and holds its event for the settle time: the kill lands in that window.)"""
-    from gpuflow.naming import run_prefix
+    from gpuflow.runs.naming import run_prefix
 
     airflow_live.wait_for_task_state(DAG_ID, run_id, "smoke_test", "deferred", timeout_s=600)
     airflow_live.stop_process("triggerer")
@@ -193,9 +193,9 @@ def test_a_triggerer_killed_mid_rollout_smoke_test_keeps_the_new_version(airflow
     records the new version, and the teardown then removes the deployment."""
     import json
 
-    from gpuflow.config_loading import load_config
-    from gpuflow.demo_model import write_demo_model
-    from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.platform.demo_model import write_demo_model
+    from gpuflow.runs.naming import resource_names, run_prefix
     from tests.helpers import local_site_file, site_config
     from tests.integration.test_deployment_local import new_weights
 
@@ -247,7 +247,7 @@ def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_con
 def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_created(airflow_live, local_config,
                                                                                   tmp_path):
     """As an authenticated user who may trigger DAGs, with nothing but the REST API: what the Params' schema can
-    express is a 400; the rest fails each run's preflight (gpuflow.run_policy), and its target is left as it was."""
+    express is a 400; the rest fails each run's preflight (gpuflow.runs.run_policy), and its target is left as it was."""
     from tests.helpers import local_site_file
 
     marker, script, team = tmp_path / "owned", tmp_path / "payload.py", tmp_path / "team-folder"
@@ -318,7 +318,7 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
     opens, of an unfolded section and of the finished run's grid."""
     from playwright.sync_api import sync_playwright
 
-    from gpuflow.trigger_form import dag_params
+    from gpuflow.runs.trigger_form import dag_params
     from tests.helpers import dag_forms
 
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: `make browser` (or .ci/run) installs it"
@@ -441,7 +441,7 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
 
     from tests.helpers import local_site_file
 
-    # Under local.state_dir: the only local folders a run's conf may point batch.* at (gpuflow.run_policy).
+    # Under local.state_dir: the only local folders a run's conf may point batch.* at (gpuflow.runs.run_policy).
     tmp_path = Path(tempfile.mkdtemp(prefix="backfill-", dir=local_config.local.state_dir))
     conf = {"config_file": local_site_file(), "model__max_new_tokens": 4,
             "batch__input": f"{tmp_path}/prompts/{{ds}}/*.jsonl", "batch__output": f"{tmp_path}/answers/{{ds}}/",
@@ -460,7 +460,7 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
     # Each run_batch's deferral ended its workload (and freed its executor slot) while its job still ran: the
     # supervisor's "Workload finished ... final_state=deferred" comes before the job's exit status was written
     # (the shell that runs the job writes it beside the job's log the moment the job ends).
-    from gpuflow.naming import run_prefix
+    from gpuflow.runs.naming import run_prefix
 
     freed_at = slots_freed_by_deferral(scheduler, "run_batch")
     assert len(freed_at) == 4, freed_at

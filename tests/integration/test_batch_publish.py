@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from gpuflow.batch_paths import fill_batch_paths, staging_folders
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
+from gpuflow.runs.batch_paths import fill_batch_paths, staging_folders
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.batch import CountsDoNotAddUp, discard_staging, find_input, publish_outputs, staged_summary
 from tests.helpers import GCP_TEST_PROJECT, first_event
 

@@ -6,9 +6,9 @@ import json
 import pytest
 from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-from gpuflow.composer import MANIFEST, deploy_files
-from gpuflow.composer_deploy import ComposerDeployment, ComposerTarget, DeployFailed, DeployRefused
+from gpuflow.composer.contents import MANIFEST, deploy_files
 from gpuflow.paths import SITE_CONFIG
+from gpuflow.tools.deploy_composer import ComposerDeployment, ComposerTarget, DeployFailed, DeployRefused
 from tests.gcp_fakes.composer import FakeComposer
 from tests.helpers import GCP_TEST_PROJECT, ROOT, dag_bag
 
@@ -141,9 +141,9 @@ def test_on_composer_preflight_fails_at_once_without_the_pool_and_the_deploy_it_
         composer, monkeypatch, local_config, emulators):
     """A task on Composer knows its environment from Composer's reserved variables and reads the pool through the
     environment's Airflow REST API; the streaming DAG's preflight then fails before anything is created."""
+    from gpuflow.composer.api import this_environment
     from gpuflow.operators.airflow_names import AirflowFailException
     from gpuflow.operators.base import validated_config
-    from gpuflow.platform.composer_api import this_environment
 
     assert this_environment("google_cloud_default") is None  # not on Composer: nothing to read
     for name, value in (("COMPOSER_ENVIRONMENT", "shared"), ("COMPOSER_LOCATION", "europe-west4"),

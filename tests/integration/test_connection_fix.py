@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 CONN_ID = "gpuflow_fix_check"
-CHECK = ("from gpuflow.config_loading import load_config; from gpuflow.preflight.environment_rules import gcp_connection_defined; "
+CHECK = ("from gpuflow.configuration.loading import load_config; from gpuflow.preflight.environment_rules import gcp_connection_defined; "
          f"print('FIX:', *[f.fix for f in gcp_connection_defined(load_config(None, overrides=['profile=gcp', "
          f"'gcp_conn_id={CONN_ID}']))])")
 

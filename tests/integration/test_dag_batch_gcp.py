@@ -7,9 +7,9 @@ import json
 import pendulum
 from airflow.utils.state import DagRunState, TaskInstanceState
 
-from gpuflow.batch_paths import fill_batch_paths
-from gpuflow.config_loading import load_config
-from gpuflow.naming import run_prefix
+from gpuflow.configuration.loading import load_config
+from gpuflow.runs.batch_paths import fill_batch_paths
+from gpuflow.runs.naming import run_prefix
 from tests.gcp_fakes import BATCH_SUCCEEDS, ZONE_EXHAUSTED, FakeDataflow, FakeGoogleCloud, FakeVertex, FakeWorkers
 from tests.helpers import GCP_TEST_PROJECT, dag_bag, site_config
 
@@ -17,7 +17,7 @@ DAG_ID = "llm_batch_inference"
 BUCKET = "gpuflow-gcp-batch-bucket"
 DAY = pendulum.datetime(2026, 3, 1, tz="UTC")
 CONF = {
-    # The project, bucket, model and fallbacks are the site's (a run's conf may set knobs only: gpuflow.run_policy).
+    # The project, bucket, model and fallbacks are the site's (a run's conf may set knobs only: gpuflow.runs.run_policy).
     "config_file": site_config("gcp-batch.yaml", "configs/gcp.example.yaml", project=GCP_TEST_PROJECT, bucket=BUCKET,
                                **{"model.name": "google/flan-t5-small", "gpu.fallbacks": [{"region": "us-east4"}]}),
     "model__max_new_tokens": 8,

@@ -8,7 +8,7 @@ import pendulum
 import pytest
 from airflow.utils.state import DagRunState, TaskInstanceState
 
-from gpuflow.naming import resource_names, run_prefix
+from gpuflow.runs.naming import resource_names, run_prefix
 from gpuflow.steps.resources import list_run_resources
 
 DAG_ID = "llm_batch_inference"
@@ -25,7 +25,7 @@ def dag(airflow_db):
 
 @pytest.fixture(scope="module")
 def folders(local_config):
-    """Under local.state_dir: the only local folders a run's conf may point batch.* at (gpuflow.run_policy)."""
+    """Under local.state_dir: the only local folders a run's conf may point batch.* at (gpuflow.runs.run_policy)."""
     import tempfile
     from pathlib import Path
 
@@ -40,7 +40,7 @@ def kept_model(local_config, emulators):
     """export.model_dir on the GCS emulator: the first run exports there, the later runs skip the export."""
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
 
     with emulator_environment(local_config):
         hook = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
@@ -118,7 +118,7 @@ def assert_answers_match_generate(answers, prompts_by_id, reference_generate):
 
 
 def no_leftovers(local_config, folders, run):
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
 
     names = resource_names(local_config, run_prefix(DAG_ID, run.run_id))
     with emulator_environment(local_config):

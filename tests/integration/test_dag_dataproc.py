@@ -7,9 +7,9 @@ import pytest
 from airflow.utils.state import DagRunState, TaskInstanceState
 from google.cloud import dataproc_v1
 
-from gpuflow.dataproc import batch_id_for
-from gpuflow.emulators import LOCAL_CONN_ID
-from gpuflow.naming import run_prefix
+from gpuflow.dataproc.serverless import batch_id_for
+from gpuflow.platform.emulators import LOCAL_CONN_ID
+from gpuflow.runs.naming import run_prefix
 
 DAG_ID = "dataproc_gpu_batch"
 BUCKET = "gpuflow-dataproc-test"
@@ -33,7 +33,7 @@ def batch_result(run):
 def test_local_profile_runs_the_real_pyspark_job(airflow_db):
     from tests.helpers import site_config
 
-    # The job's arguments are the site's: a run's conf may not pass arguments to code (gpuflow.run_policy).
+    # The job's arguments are the site's: a run's conf may not pass arguments to code (gpuflow.runs.run_policy).
     config_file = site_config("dataproc-local.yaml", "configs/dataproc.example.yaml",
                               **{"profile": "local", "dataproc.args": ["--rows", "200000"]})
     run = dataproc_dag().test(run_conf={"config_file": config_file})

@@ -13,8 +13,8 @@ from airflow.utils.state import DagRunState, TaskInstanceState
 from google.cloud import aiplatform_v1, dataflow_v1beta3
 from google.cloud.devtools import cloudbuild_v1
 
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names, run_prefix
+from gpuflow.configuration.loading import load_config
+from gpuflow.runs.naming import resource_names, run_prefix
 from gpuflow.steps.resources import list_run_resources
 from tests.gcp_fakes import (
     BATCH_SUCCEEDS,
@@ -33,7 +33,7 @@ DAG_ID = "llm_streaming_inference"
 PROJECT = GCP_TEST_PROJECT
 BUCKET = "gpuflow-gcp-test-bucket"
 CONF = {
-    # The project, bucket and model are the site's (a run's conf may set knobs only: gpuflow.run_policy).
+    # The project, bucket and model are the site's (a run's conf may set knobs only: gpuflow.runs.run_policy).
     "config_file": site_config("gcp.yaml", "configs/gcp.example.yaml", project=PROJECT, bucket=BUCKET,
                                **{"model.name": "google/flan-t5-small"}),
     "model__max_new_tokens": 8,
@@ -117,9 +117,9 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud
         spec_uri = launch.launch_parameter.container_spec_gcs_path
         assert spec_uri.startswith(f"gs://{BUCKET}/gpuflow/{prefix}/templates/")
         assert cloud.dataflow.staged[spec_uri]["image"] == image == launch.launch_parameter.environment.sdk_container_image
-    from gpuflow.containers import image_cuda
-    from gpuflow.dataflow_constraints import violations
-    from gpuflow.dataflow_request import from_flex_launch
+    from gpuflow.dataflow.constraints import violations
+    from gpuflow.dataflow.request import from_flex_launch
+    from gpuflow.images.containers import image_cuda
 
     config = load_config(CONF["config_file"], CONF)
     assert violations(from_flex_launch(launches[-1].launch_parameter, image_cuda(config))) == []

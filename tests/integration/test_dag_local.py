@@ -3,7 +3,7 @@
 import pytest
 from airflow.utils.state import DagRunState, TaskInstanceState
 
-from gpuflow.naming import resource_names, run_prefix
+from gpuflow.runs.naming import resource_names, run_prefix
 from gpuflow.steps.resources import list_run_resources
 
 DAG_ID = "llm_streaming_inference"
@@ -27,7 +27,7 @@ def task_states(run):
 
 
 def leftovers(local_config, run):
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
 
     names = resource_names(local_config, run_prefix(DAG_ID, run.run_id))
     with emulator_environment(local_config):

@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config_loading import load_config
-from gpuflow.containers import image_cuda
-from gpuflow.dataflow_constraints import CONSTRAINTS, DataflowRequestRejected, enforce, violations
-from gpuflow.dataflow_request import from_flex_launch, from_staged_job, with_template_launch
-from gpuflow.naming import resource_names
-from gpuflow.platform.dataflow_options import flex_launch, job_name_for, runtime_environment
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataflow.constraints import CONSTRAINTS, DataflowRequestRejected, enforce, violations
+from gpuflow.dataflow.options import flex_launch, job_name_for, runtime_environment
+from gpuflow.dataflow.request import from_flex_launch, from_staged_job, with_template_launch
+from gpuflow.images.containers import image_cuda
 from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.launch import pipeline_argv
 from tests.gcp_fakes import FLEX, FakeGoogleCloud
 from tests.helpers import GCP_TEST_PROJECT
@@ -55,7 +55,7 @@ def broken_by(request) -> set[str]:
 
 def warned_by(request) -> set[str]:
     """gpuflow's own policies the request breaks: sent anyway, with a warning."""
-    from gpuflow.dataflow_constraints import policy_warnings
+    from gpuflow.dataflow.constraints import policy_warnings
 
     return {violation.constraint.name for violation in policy_warnings(request)}
 

@@ -8,12 +8,12 @@ import os
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
 from gpuflow.platform import JobHandle
 from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.records import Records
-from gpuflow.rollout import DeploymentRecord, job_options, plan_rollout
+from gpuflow.runs.naming import resource_names
+from gpuflow.runs.rollout import DeploymentRecord, job_options, plan_rollout
 from gpuflow.steps.cleanup import request_stops
 from gpuflow.steps.deployment import ensure_version_pointer, promote, roll_back, update_in_place
 from tests.gcp_fakes import FLEX, STREAMING_STARTS, FakeGoogleCloud, read_gcs

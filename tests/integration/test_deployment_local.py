@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from airflow.utils.state import DagRunState
 
-from gpuflow.naming import deployment_prefix, resource_names, run_prefix
+from gpuflow.runs.naming import deployment_prefix, resource_names, run_prefix
 
 DEPLOYMENT = "gf-test-deploy"
 BUCKET = "gpuflow-deploy-test"
@@ -185,8 +185,8 @@ def a_sibling_deployment(local_config, model_dir: Path):
     process labelled as its own whose pid file's name starts with the tested deployment's prefix."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
-    from gpuflow.config_loading import load_config
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.platform.processes import LABELS_VARIABLE, spawn_logged
     from gpuflow.steps.resources import create_resources
 
@@ -210,7 +210,7 @@ def the_sibling_is_untouched(local_config, sibling, pid: int) -> None:
     """Its topics and subscription are there, with its backlog still to pull, and its job runs; then it goes."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
-    from gpuflow.emulators import LOCAL_CONN_ID, process_alive, stop_process_group
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, process_alive, stop_process_group
     from gpuflow.steps.resources import delete_resources, list_named
 
     left = list_named(local_config, LOCAL_CONN_ID, deployment_prefix(SIBLING) + "-")
@@ -230,7 +230,7 @@ def record(local_config) -> dict | None:
 
 
 def version_of(run) -> str:
-    from gpuflow.config_loading import load_config
+    from gpuflow.configuration.loading import load_config
 
     config = load_config(run.conf.get("config_file"), run.conf)
     return resource_names(config, run_prefix("llm_streaming_inference", run.run_id)).model_version
@@ -241,9 +241,9 @@ def states(run) -> dict:
 
 
 def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config, live: dict) -> None:
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment, process_alive
-    from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment, process_alive
     from gpuflow.platform.records import Records
+    from gpuflow.runs.naming import resource_names, run_prefix
     from gpuflow.steps.resources import list_named, list_run_resources
 
     state_dir = Path(local_config.local.state_dir)
@@ -287,8 +287,8 @@ def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config,
 @pytest.mark.slow
 def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(dags, local_config, emulators,
                                                                              tmp_path):
-    from gpuflow.demo_model import write_demo_model
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.demo_model import write_demo_model
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.steps.resources import list_named
 
     serve, teardown, janitor = dags
@@ -365,7 +365,7 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         assert GCSHook(gcp_conn_id=LOCAL_CONN_ID).list(BUCKET, prefix="gpuflow/") == []
-    from gpuflow.emulators import process_alive
+    from gpuflow.platform.emulators import process_alive
 
     for job in (deployed["job"], replaced["job"]):
         assert not process_alive(int(job["id"]))

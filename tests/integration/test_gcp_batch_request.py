@@ -11,12 +11,12 @@
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.batch_paths import fill_batch_paths
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
-from gpuflow.platform.dataflow_options import job_name_for
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataflow.options import job_name_for
 from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.preflight import has_errors, run_preflight
+from gpuflow.runs.batch_paths import fill_batch_paths
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.launch import pipeline_argv
 from tests.gcp_fakes import FakeGoogleCloud
 from tests.helpers import GCP_TEST_PROJECT

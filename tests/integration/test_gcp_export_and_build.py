@@ -7,10 +7,10 @@ import tarfile
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
 from gpuflow.platform import JobHandle
 from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.container import build_container
 from gpuflow.steps.export import export_model
 from gpuflow.triggers import job_trigger

@@ -13,11 +13,11 @@ import sys
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config_loading import load_config
-from gpuflow.dataflow_constraints import violations
-from gpuflow.naming import resource_names
-from gpuflow.platform.dataflow_options import flex_parameters, job_name_for
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataflow.constraints import violations
+from gpuflow.dataflow.options import flex_parameters, job_name_for
 from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.launch import pipeline_argv
 from tests.gcp_fakes import FLEX, FakeGoogleCloud
 from tests.helpers import GCP_TEST_PROJECT, ROOT

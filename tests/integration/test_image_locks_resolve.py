@@ -4,8 +4,8 @@ It reaches PyPI (uv, dry run, metadata only); no Docker engine and no image are 
 
 import pytest
 
-from gpuflow.cli import main
-from gpuflow.image_locks import LockError, lock_names, lock_path, resolve_lock
+from gpuflow.images.locks import LockError, lock_names, lock_path, resolve_lock
+from gpuflow.tools.cli import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -22,7 +22,7 @@ def test_each_lock_resolves_for_its_image_and_installs_what_it_pins(name):
 def test_a_lock_missing_a_dependency_does_not_resolve(tmp_path, monkeypatch):
     import re
 
-    from gpuflow import image_locks
+    from gpuflow.images import locks as image_locks
 
     text = lock_path("export").read_text()
     without_tqdm = re.sub(r"(?m)^tqdm==[^\n]*\n(    [^\n]*\n)*", "", text)

@@ -5,12 +5,12 @@ deleted) is found and removed exactly; a recorded deployment's topics and job st
 import pytest
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.config_loading import load_config
-from gpuflow.naming import deployment_prefix, resource_names
+from gpuflow.configuration.loading import load_config
 from gpuflow.platform import JobHandle
 from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.records import Records
-from gpuflow.rollout import DeploymentRecord, job_options
+from gpuflow.runs.naming import deployment_prefix, resource_names
+from gpuflow.runs.rollout import DeploymentRecord, job_options
 from gpuflow.steps.janitor import clean_up, find_leftovers
 from gpuflow.steps.resources import create_resources, delete_resources, list_named
 from tests.gcp_fakes import STREAMING_STARTS, FakeGoogleCloud

@@ -5,9 +5,9 @@ of its own on the emulators, so no other test's resources are judged."""
 import pytest
 from airflow.utils.state import DagRunState
 
-from gpuflow.config_loading import load_config
-from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
+from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.resources import create_resources, delete_resources, list_named
 
 PROJECT = "gpuflow-janitor-local"

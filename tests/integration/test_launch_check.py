@@ -1,7 +1,7 @@
 """`gpuflow launch-command --check`: Beam's DataflowRunner stages the direct launch's job into a local GCS emulator
 (nothing reaches Google) and the request is checked against Dataflow's documented constraints."""
 
-from gpuflow.cli import main
+from gpuflow.tools.cli import main
 
 
 def run_check(local_config, *overrides):

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from gpuflow.naming import resource_names
 from gpuflow.platform.local import LocalPlatform
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.cleanup import delete_run_resources, request_stops
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.resources import create_resources, list_run_resources

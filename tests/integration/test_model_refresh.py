@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from gpuflow.rollout import pointer_name
+from gpuflow.runs.rollout import pointer_name
 from llm_handlers import GenerateHandler
 
 

@@ -1,14 +1,15 @@
 """The launch operator starts the pipeline, pushes its handle and defers; its on_kill stops the process."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from gpuflow.emulators import process_alive
-from gpuflow.naming import resource_names
 from gpuflow.operators.streaming import LaunchPipelineOperator
+from gpuflow.platform.emulators import process_alive
 from gpuflow.platform.local import LocalPlatform
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.cleanup import delete_run_resources, request_stops
 from gpuflow.steps.resources import create_resources
 
@@ -61,6 +62,35 @@ def test_setup_is_idempotent_a_rerun_with_the_same_names_succeeds(local_config, 
             assert first["bucket_created"] is True and second["bucket_created"] is False
             assert sorted(list_run_resources(local_config, names, platform.conn_id)["topics"]) == sorted(names.topics)
         finally:
+            cleanup(local_config, names, platform)
+
+
+def test_deferrable_false_waits_in_the_worker_and_cancel_on_kill_false_leaves_the_pipeline(local_config,
+                                                                                             emulators, monkeypatch):
+    """The same launch, never deferred: execute returns the running pipeline's handle once the trigger says its
+    workers are up; killed with cancel_on_kill=False, the task leaves the pipeline to the run's cleanup."""
+    from gpuflow.operators.base import names_for
+
+    def no_deferral(*args, **kwargs):
+        raise AssertionError("deferrable=False deferred")
+
+    monkeypatch.setattr(LaunchPipelineOperator, "defer", no_deferral)
+    context = {"ti": RecordingTI(), "dag": SimpleNamespace(dag_id="gf_in_worker"), "run_id": "manual__1"}
+    names = names_for(context, local_config)
+    platform = LocalPlatform(local_config)
+    operator = LaunchPipelineOperator(task_id="launch", config_json=local_config.model_dump(mode="json"),
+                                      deferrable=False, cancel_on_kill=False, poll_interval=0.2)
+    with platform.environment():
+        create_resources(local_config, names, platform.conn_id)
+    try:
+        handle = operator.execute(context)
+        assert handle == context["ti"].pushed["job_handle"] and handle["kind"] == "local-process"
+        pid = int(handle["id"])
+        assert process_alive(pid)
+        operator.on_kill()  # with cancel_on_kill, this stops the process group before it returns
+        assert process_alive(pid)
+    finally:
+        with platform.environment():
             cleanup(local_config, names, platform)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.resources import create_resources, delete_resources, delete_whole_bucket, list_run_resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -27,7 +27,7 @@ def squat(gcs, names, project: str, labels: dict[str, str]) -> None:
 def test_a_bucket_with_another_runs_label_is_refused_at_setup_and_left_as_it_was(local_config, emulators):
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
 
     names = resource_names(local_config, "gf-5a0a7000a1")
     assert names.bucket_is_run_scoped

@@ -1,4 +1,4 @@
-"""Hostile confs through the real Airflow (dag.test()): a run's conf is untrusted input (gpuflow.run_policy). Each is
+"""Hostile confs through the real Airflow (dag.test()): a run's conf is untrusted input (gpuflow.runs.run_policy). Each is
 refused in preflight, before anything is created, and its target is left as it was: the marker a code injection
 would write does not exist, the folder a publish would empty still holds its files, nothing of the run exists."""
 
@@ -8,7 +8,7 @@ import pendulum
 import pytest
 from airflow.utils.state import DagRunState, TaskInstanceState
 
-from gpuflow.naming import resource_names, run_prefix
+from gpuflow.runs.naming import resource_names, run_prefix
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -69,7 +69,7 @@ def test_a_hostile_conf_fails_preflight_and_leaves_its_target(bag, local_config,
                                                               index, capfd):
     from airflow.sdk.exceptions import ParamValidationError
 
-    from gpuflow.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.steps.resources import list_run_resources
 
     _, _, conf = hostile_confs(targets)[index]

@@ -83,7 +83,7 @@ def test_a_late_answer_to_an_earlier_prompt_is_kept_while_the_wait_is_for_the_ne
 def test_nothing_is_acknowledged_until_the_task_has_kept_it(subscriptions, gcp_env, path):
     """A trigger that died after pulling (its triggerer killed) lost nothing: the next one gets the same answers once
     their ack deadline has passed; once the task acknowledges what it kept, they are gone."""
-    from gpuflow.config_loading import load_config
+    from gpuflow.configuration.loading import load_config
     from gpuflow.steps.smoke import SmokeRound, acknowledge, record_answers
 
     names, publish = subscriptions

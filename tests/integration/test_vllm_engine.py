@@ -8,9 +8,9 @@ import pytest
 
 import llm_handlers
 import llm_inference
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
 from gpuflow.preflight import run_preflight
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.launch import pipeline_argv
 
 VLLM = ["model.name=meta-llama/Llama-3.1-8B", "inference.engine=vllm", "container.recipe=vllm"]

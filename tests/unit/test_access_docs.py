@@ -1,7 +1,7 @@
 """docs/gcp.md's project needs, generated from the catalog preflight checks them with."""
 
-from gpuflow.access_docs import project_needs_markdown
 from gpuflow.catalog import access_needs
+from gpuflow.tools.access_docs import project_needs_markdown
 
 
 def test_every_need_role_and_api_is_on_the_page():

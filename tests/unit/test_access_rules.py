@@ -216,8 +216,8 @@ def test_the_caller_named_in_fixes_is_the_impersonated_account(cloud, monkeypatc
 
 
 def test_a_private_worker_job_says_so_in_its_request():
-    from gpuflow.naming import resource_names
-    from gpuflow.platform.dataflow_options import dataflow_options, worker_pool_fields
+    from gpuflow.dataflow.options import dataflow_options, worker_pool_fields
+    from gpuflow.runs.naming import resource_names
 
     config = gcp_test_config("dataflow.use_public_ips=false")
     names = resource_names(config, "run-1")
@@ -226,7 +226,7 @@ def test_a_private_worker_job_says_so_in_its_request():
 
 
 def test_preflight_access_from_a_shell_reads_google_and_fails_on_a_missing_api(cloud, storage, capsys):
-    from gpuflow.cli import main
+    from gpuflow.tools.cli import main
 
     cloud.access.disabled = {"dataflow.googleapis.com"}
     args = ["preflight", "--access", "--config-only", "--config", "configs/gcp.example.yaml", "--json",
@@ -240,7 +240,7 @@ def test_preflight_access_from_a_shell_reads_google_and_fails_on_a_missing_api(c
 
 
 def test_preflight_access_on_the_local_profile_says_there_is_nothing_to_read(capsys):
-    from gpuflow.cli import main
+    from gpuflow.tools.cli import main
 
     assert main(["preflight", "--access", "--config-only"]) == 0
     assert "no Google Cloud project to check" in capsys.readouterr().err

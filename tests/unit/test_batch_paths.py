@@ -2,11 +2,11 @@
 
 import pytest
 
-from gpuflow.batch_paths import date_fields, fill_batch_paths, staging_folder
-from gpuflow.config import ConfigError
-from gpuflow.config_loading import load_config
+from gpuflow.configuration.loading import load_config
+from gpuflow.configuration.model import ConfigError
 from gpuflow.platform.files import count_lines_in
 from gpuflow.preflight import run_preflight
+from gpuflow.runs.batch_paths import date_fields, fill_batch_paths, staging_folder
 
 FIELDS = {"ds": "2026-03-01", "ds_nodash": "20260301"}
 
@@ -87,7 +87,7 @@ def test_lines_are_counted_as_beams_text_source_reads_them(chunks, lines):
 
 def test_an_output_under_gpuflows_own_prefix_is_refused_and_another_folder_clears_it():
     """Publishing replaces files in the output folder: never among gpuflow's records, model versions and leases."""
-    from gpuflow.config_loading import load_config
+    from gpuflow.configuration.loading import load_config
 
     config = load_config("configs/gcp.example.yaml", overrides=["batch.output=gs://{bucket}/gpuflow/answers/{ds}/"])
     with pytest.raises(ConfigError, match=r"batch.output .* gpuflow's own prefix .*Fix: pick another folder"):

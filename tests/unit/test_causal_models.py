@@ -3,8 +3,8 @@
 import pytest
 
 from gpuflow import catalog
-from gpuflow.config_loading import load_config
-from gpuflow.gpu_options import kv_cache_gb, model_memory_gb
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataflow.gpu_options import kv_cache_gb, model_memory_gb
 from gpuflow.preflight import run_preflight
 
 
@@ -58,7 +58,7 @@ def test_the_export_machine_is_sized_from_the_parameter_count():
 def test_the_demo_causal_model_is_llama_shaped_and_its_tokenizer_pads_on_the_left(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
-    from gpuflow.demo_model import write_demo_model
+    from gpuflow.platform.demo_model import write_demo_model
 
     directory = write_demo_model(tmp_path, architecture="causal")
     assert AutoConfig.from_pretrained(directory).model_type == "llama"

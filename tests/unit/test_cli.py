@@ -4,11 +4,11 @@ import sys
 
 import pytest
 
-from gpuflow.cli import main
+from gpuflow.tools.cli import main
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "gpuflow.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "gpuflow.tools.cli", *args], capture_output=True, text=True)
 
 
 def test_preflight_rejects_a_bad_configuration_naming_the_field():
@@ -68,9 +68,9 @@ def test_dataproc_example_passes_and_six_l4_cores_fail():
 def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch):
     import shlex
 
-    from gpuflow.config_loading import load_config
-    from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.configuration.loading import load_config
     from gpuflow.platform import gcp as gcp_platform
+    from gpuflow.runs.naming import resource_names, run_prefix
     from gpuflow.steps.launch import pipeline_argv
     from tests.gcp_fakes import FakeGoogleCloud
 
@@ -103,9 +103,9 @@ def test_launch_command_is_exactly_what_the_launch_task_runs(capsys, monkeypatch
 
 
 def test_the_staging_acts_as_the_connections_impersonated_account(monkeypatch):
-    from gpuflow.config_loading import load_config
-    from gpuflow.naming import resource_names
+    from gpuflow.configuration.loading import load_config
     from gpuflow.platform.gcp import GcpPlatform
+    from gpuflow.runs.naming import resource_names
     from gpuflow.steps.launch import pipeline_argv
     from tests.gcp_fakes import FakeGoogleCloud
 
@@ -154,8 +154,8 @@ def test_debug_vm_quotes_every_value_it_prints():
     """A value holding shell syntax stays one argument of the line a person pastes: no second command."""
     import shlex
 
-    from gpuflow.config_loading import load_config
-    from gpuflow.debug_vm import debug_vm_commands
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.gpus.debug_vm import debug_vm_commands
 
     config = load_config("configs/gcp.example.yaml", overrides=["gpu.machine_type=g2-standard-8;touch /tmp/owned"])
     text = debug_vm_commands(config, "us-docker.pkg.dev/p/r/i:1 $(id)", vm_name="vm;reboot")
@@ -169,7 +169,7 @@ def test_debug_vm_quotes_every_value_it_prints():
 def test_every_command_and_option_says_what_it_does_and_none_rewrites_the_docs():
     import argparse
 
-    from gpuflow.cli import build_parser
+    from gpuflow.tools.cli import build_parser
 
     (subcommands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     silent = [(name, action.dest) for name, parser in subcommands.choices.items() for action in parser._actions
@@ -226,9 +226,9 @@ def test_an_invalid_or_relative_config_file_is_read_as_a_user_means_it(tmp_path)
 
 
 def test_preflight_offers_every_workflow_the_access_check_and_the_docs_name():
-    from gpuflow.cli import build_parser
     from gpuflow.preflight.access_rules import WORKFLOW_NEEDS
     from gpuflow.preflight.rules import ENVIRONMENT_RULES, WORKFLOW_CONFIG_RULES
+    from gpuflow.tools.cli import build_parser
 
     preflight = build_parser()._subparsers._group_actions[0].choices["preflight"]
     (workflow,) = [action for action in preflight._actions if action.dest == "workflow"]

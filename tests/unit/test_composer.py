@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpuflow.composer import DATA_FOLDERS, composer_requirements
+from gpuflow.composer.contents import DATA_FOLDERS, composer_requirements
 from tests.helpers import ROOT
 
 
@@ -21,14 +21,14 @@ def test_composer_requirements_never_replace_composers_airflow_or_beam():
 
 
 def test_composer_gets_ranges_that_accept_a_newer_package_never_pins():
-    from gpuflow.composer import composer_ranges
+    from gpuflow.composer.contents import composer_ranges
 
     ranges = composer_ranges(["google-cloud-artifact-registry==1.23.0", "openai==2.54.0"])
     assert ranges == {"google-cloud-artifact-registry": ">=1.23.0,<2", "openai": ">=2.54.0,<3"}
 
 
 def test_the_merge_keeps_every_package_and_adds_or_raises_only_gpuflows():
-    from gpuflow.composer import merged_packages
+    from gpuflow.composer.contents import merged_packages
 
     current = {"pandas-gbq": "==0.29.0", "openai": "==1.99.0", "google-cloud-quotas": "==0.7.0"}
     plan = merged_packages(current, {"openai": ">=2.54.0,<3", "google-cloud-quotas": ">=0.6.3,<1",
@@ -45,7 +45,7 @@ def test_the_merge_keeps_every_package_and_adds_or_raises_only_gpuflows():
     ("composer-3-airflow-3.1.7-build.11", True), ("composer-2.9.7-airflow-2.10.2", True), ("something-else", True),
 ])
 def test_an_image_below_the_floor_is_refused_with_the_upgrade_command(image, refused):
-    from gpuflow.composer import image_too_old
+    from gpuflow.composer.contents import image_too_old
 
     problem = image_too_old(image)
     assert bool(problem) == refused
@@ -56,10 +56,10 @@ def test_an_image_below_the_floor_is_refused_with_the_upgrade_command(image, ref
 
 
 def test_only_files_an_earlier_deploy_copied_are_stale():
-    from gpuflow.composer import deploy_files, stale_files
+    from gpuflow.composer.contents import deploy_files, stale_files
 
     files = deploy_files()
-    assert "dags/llm_streaming_inference.py" in files and "plugins/gpuflow/composer.py" in files
+    assert "dags/llm_streaming_inference.py" in files and "plugins/gpuflow/composer/contents.py" in files
     assert "data/configs/local.yaml" in files and not [name for name in files if "__pycache__" in name]
     previous = [*files, "dags/old_gpuflow_dag.py", "data/site/gpuflow.yaml"]
     assert stale_files(previous, files) == ["dags/old_gpuflow_dag.py"]
@@ -83,9 +83,9 @@ try:
 except ImportError:  # Airflow 3.1 (make test-composer LINE=3.1.8)
     from airflow.models.dagbag import DagBag
 import gpuflow
-from gpuflow.config_loading import beam_jobs_dir, load_config
-from gpuflow.containers import RECIPES_DIR, render_recipe
-from gpuflow.trigger_form import form_values
+from gpuflow.configuration.loading import beam_jobs_dir, load_config
+from gpuflow.images.containers import RECIPES_DIR, render_recipe
+from gpuflow.runs.trigger_form import form_values
 bag = DagBag({str(gcs / 'dags')!r})
 config = load_config("configs/gcp.example.yaml")
 render_recipe(config, __import__("pathlib").Path({str(tmp_path / 'context')!r}))

@@ -1,7 +1,7 @@
 import pytest
 
-from gpuflow.config import DEFAULT_CONFIG_FILE, ConfigError, GpuflowConfig
-from gpuflow.config_loading import load_config, parse_override
+from gpuflow.configuration.loading import load_config, parse_override
+from gpuflow.configuration.model import DEFAULT_CONFIG_FILE, ConfigError, GpuflowConfig
 
 
 def test_default_config_file_is_the_local_profile():

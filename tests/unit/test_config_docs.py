@@ -2,8 +2,8 @@
 files current)."""
 
 
-from gpuflow.config_docs import params_json_schema
-from gpuflow.config_loading import param_key_to_dotted
+from gpuflow.configuration.loading import param_key_to_dotted
+from gpuflow.tools.config_docs import params_json_schema
 
 
 def test_params_schema_has_every_leaf_field_with_its_default_and_real_choices():

@@ -2,9 +2,9 @@
 
 import pytest
 
-from gpuflow.config import ConfigError
-from gpuflow.config_loading import load_config
-from gpuflow.containers import (
+from gpuflow.configuration.loading import load_config
+from gpuflow.configuration.model import ConfigError
+from gpuflow.images.containers import (
     LOCK_IN_CONTEXT,
     check_dockerfile,
     context_digest,
@@ -13,7 +13,7 @@ from gpuflow.containers import (
     recipe_names,
     render_recipe,
 )
-from gpuflow.image_locks import lock_path
+from gpuflow.images.locks import lock_path
 from tests.gcp_fakes import gcp_test_config
 
 RECIPES = ["beam_sdk_cuda", "cpu", "cuda_base", "l4", "vllm"]
@@ -100,7 +100,7 @@ def test_static_check_catches_each_broken_property(tmp_path, mutate, problem):
 
 
 def test_the_flex_launcher_is_pinned_to_the_configured_tag_never_latest(tmp_path):
-    from gpuflow.containers import FLEX_LAUNCHER, flex_launcher_problem
+    from gpuflow.images.containers import FLEX_LAUNCHER, flex_launcher_problem
 
     problem, _ = flex_launcher_problem(gcp_test_config("python_version=3.13"))
     assert "container.flex_launcher_tag is empty and catalog/images.yaml pins none for Python 3.13" in problem
@@ -125,7 +125,7 @@ def test_context_digest_changes_with_content(tmp_path):
 
 
 def test_an_image_named_in_the_configuration_is_used_as_it_is_and_no_recipe_is_rendered(tmp_path):
-    from gpuflow.naming import resource_names
+    from gpuflow.runs.naming import resource_names
     from gpuflow.steps.container import build_container
 
     # python_version 3.12 has no lock: rendering would refuse it; the named image needs none.

@@ -1,10 +1,10 @@
-"""What a Dataflow job's autoscaling events say about its start (``gpuflow.platform.dataflow_watch``)."""
+"""What a Dataflow job's autoscaling events say about its start (``gpuflow.dataflow.watch``)."""
 
 from types import SimpleNamespace
 
 from google.cloud import dataflow_v1beta3
 
-from gpuflow.platform.dataflow_watch import DataflowStartWatch
+from gpuflow.dataflow.watch import DataflowStartWatch
 
 RUNNING = dataflow_v1beta3.JobState.JOB_STATE_RUNNING
 

@@ -3,10 +3,10 @@
 import pytest
 from google.cloud import dataproc_v1
 
-from gpuflow.config_loading import load_config
-from gpuflow.dataproc import build_batch, memory_split
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataproc.serverless import build_batch, memory_split
+from gpuflow.gpus.troubleshoot import classify
 from gpuflow.preflight import run_preflight
-from gpuflow.troubleshoot import classify
 
 EXAMPLE = "configs/dataproc.example.yaml"
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from google.api_core.exceptions import NotFound
 
-from gpuflow.config_loading import load_config
+from gpuflow.configuration.loading import load_config
 from gpuflow.operators.dataproc import DataprocBatchOperator
 from gpuflow.steps.dataproc_batch import delete_gcp_batch
 
@@ -43,6 +43,18 @@ def test_on_kill_cancels_the_batch_operation(monkeypatch):
     operator._operation_name = "projects/my-project-1/regions/us-central1/operations/op-7"
     operator.on_kill()
     assert client.cancelled == ["projects/my-project-1/regions/us-central1/operations/op-7"]
+
+
+def test_cancel_on_kill_false_leaves_the_batch_running(monkeypatch):
+    from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
+
+    client = FakeBatchClient()
+    monkeypatch.setattr(DataprocHook, "get_batch_client", lambda self, region=None: client)
+    operator = DataprocBatchOperator(task_id="batch", cancel_on_kill=False)
+    operator._config = CONFIG
+    operator._operation_name = "projects/my-project-1/regions/us-central1/operations/op-7"
+    operator.on_kill()
+    assert client.cancelled == []
 
 
 def test_deleting_a_batch_that_is_not_there_is_fine(monkeypatch):

@@ -1,6 +1,6 @@
 """The demo's report explains a local answer that waited for the DirectRunner's Pub/Sub pull."""
 
-from gpuflow.demo_report import straggler_note
+from gpuflow.tools.demo_report import straggler_note
 
 
 def answers(*latencies: float) -> list[dict]:
@@ -17,7 +17,7 @@ def test_prompt_answers_need_no_note():
 
 
 def test_the_report_names_the_slowest_answer():
-    from gpuflow.demo_report import slowest_answer
+    from gpuflow.tools.demo_report import slowest_answer
 
     rows = [{**row, "id": f"id-{i}"} for i, row in enumerate(answers(2.8, 4.25, 3.3))]
     assert slowest_answer(rows) == "slowest answer: 4.2s (prompt id-1)"

@@ -5,7 +5,7 @@ from importlib import metadata
 
 import pytest
 
-from gpuflow.config_loading import load_config
+from gpuflow.configuration.loading import load_config
 from gpuflow.preflight.environment_rules import (
     airflow_at_floor,
     gcp_connection_defined,

@@ -5,10 +5,10 @@ import pytest
 from google.cloud import aiplatform_v1, dataflow_v1beta3
 from google.cloud.devtools import cloudbuild_v1
 
-from gpuflow.naming import resource_names
+from gpuflow.dataflow.options import job_name_for
 from gpuflow.platform import JobHandle
-from gpuflow.platform.dataflow_options import job_name_for
 from gpuflow.platform.gcp import GcpPlatform
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.gpu import NoGpuOnWorkers, judge_gpu_report
 from gpuflow.steps.quota import QuotaTooLow, check_quota
 from tests.gcp_fakes import (
@@ -101,7 +101,7 @@ def test_cleanup_finds_the_runs_active_jobs_in_every_region_it_may_have_used(mon
 
 def test_fallback_jobs_get_names_of_their_own():
     config = gcp_test_config("gpu.fallbacks=[{region: us-east4, type: nvidia-tesla-t4, machine_type: n1-standard-8}]")
-    from gpuflow.placements import fallback_configs
+    from gpuflow.steps.placements import fallback_configs
 
     names = resource_names(config, "gf-0123456789")
     assert [job_name_for(names, c, "llm-inference") for c in [config, *fallback_configs(config)]] == [
@@ -156,7 +156,7 @@ def test_an_image_whose_tag_exists_is_not_built_again(tmp_path, monkeypatch):
 
 def test_the_cloud_build_request(monkeypatch):
     platform = platform_with(FakeGoogleCloud().install(monkeypatch), "container.build_timeout_s=1800")
-    from gpuflow.naming import resource_names
+    from gpuflow.runs.naming import resource_names
 
     names = resource_names(platform.config, "gf-0123456789")
     build = platform.cloud_build_request("gpuflow/gf-0123456789/build/context.tar.gz", "img:tag", names)

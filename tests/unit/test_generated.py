@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpuflow.generated import generated_files, markers, with_block
 from gpuflow.paths import PROJECT_ROOT
+from gpuflow.tools.generated import generated_files, markers, with_block
 
 
 @pytest.mark.parametrize("path", sorted(generated_files()), ids=lambda p: str(p.relative_to(PROJECT_ROOT)))

@@ -6,12 +6,12 @@ import subprocess
 import pytest
 from google.cloud import monitoring_v3
 
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataflow.options import dataflow_options, experiments, flex_parameters, service_options
 from gpuflow.platform import JobHandle
-from gpuflow.platform.dataflow_options import dataflow_options, experiments, flex_parameters, service_options
 from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.platform.local import LocalPlatform
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps.launch import pipeline_argv
 from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
 from tests.gcp_fakes import DIRECT, FLEX, FakeGoogleCloud, FakeMonitoring, gcp_test_config
@@ -179,7 +179,7 @@ def test_local_with_a_gpu_reports_nvidia_smi_readings(tmp_path, monkeypatch):
 def test_flex_mode_makes_the_worker_image_its_own_launcher(tmp_path):
     from dockerfile_parse import DockerfileParser
 
-    from gpuflow.containers import FLEX_LAUNCHER, check_dockerfile, render_recipe
+    from gpuflow.images.containers import FLEX_LAUNCHER, check_dockerfile, render_recipe
 
     flex = gcp_test_config(*FLEX)
     dockerfile = render_recipe(flex, tmp_path / "flex")
@@ -213,8 +213,8 @@ def test_launch_command_prints_the_flex_request_the_task_sends(capsys, monkeypat
 
     from google.cloud import dataflow_v1beta3
 
-    from gpuflow.cli import main
-    from gpuflow.naming import run_prefix
+    from gpuflow.runs.naming import run_prefix
+    from gpuflow.tools.cli import main
 
     overrides = [f"project={GCP_TEST_PROJECT}", *FLEX, "gpu.sharing=mps",
                  "gpu.machine_type=g2-standard-8"]

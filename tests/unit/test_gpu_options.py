@@ -1,7 +1,7 @@
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.gpu_options import AcceleratorOptionError, parse_worker_accelerator, worker_accelerator
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataflow.gpu_options import AcceleratorOptionError, parse_worker_accelerator, worker_accelerator
 
 
 def test_built_option_has_dataflows_token_order():

@@ -4,7 +4,7 @@ import datetime
 
 import pytest
 
-from gpuflow.config_loading import load_config
+from gpuflow.configuration.loading import load_config
 from gpuflow.preflight import rules as rules_module
 from gpuflow.preflight import run_preflight
 from gpuflow.preflight.gpu_rules import GPU_RULES
@@ -160,7 +160,7 @@ def test_on_gcp_the_region_check_asks_compute_engine_and_not_the_table():
     asked = []
 
     def zones_offering(gpu_type, region):
-        from gpuflow.quota import zones_offering as live
+        from gpuflow.gpus.quota import zones_offering as live
 
         asked.append((gpu_type, region))
         return live("acme-ml-prod", gpu_type, region, fake)
@@ -214,10 +214,10 @@ def test_cpu_workers_other_than_the_guides_are_noted_with_its_machine():
 
 
 def test_cpu_workers_options_have_no_accelerator_and_load_the_model_once_per_worker():
-    from gpuflow.gpu_options import effective_dtype
-    from gpuflow.naming import resource_names
-    from gpuflow.platform.dataflow_options import experiments, job_name_for, service_options
-    from gpuflow.quota import gpu_quota
+    from gpuflow.dataflow.gpu_options import effective_dtype
+    from gpuflow.dataflow.options import experiments, job_name_for, service_options
+    from gpuflow.gpus.quota import gpu_quota
+    from gpuflow.runs.naming import resource_names
 
     config = load_config("configs/gcp.example.yaml", overrides=CPU)
     assert service_options(config) == []  # no worker_accelerator, no Prime
@@ -232,7 +232,7 @@ HINT = ["gpu.request=resource_hint", "worker.max_num_workers=2", "model.name=goo
 
 
 def test_right_fitting_runs_the_unhinted_steps_on_guide_002s_cpu_machine():
-    from gpuflow.gpu_options import pipeline_machine_type
+    from gpuflow.dataflow.gpu_options import pipeline_machine_type
 
     config = load_config(None, overrides=HINT)
     assert pipeline_machine_type(config) == "n2-highmem-8"  # guide 002's row for flan-t5-xxl
@@ -244,7 +244,7 @@ def test_right_fitting_runs_the_unhinted_steps_on_guide_002s_cpu_machine():
 
 
 def test_right_fitting_with_prime_sends_no_machine_type_and_refuses_one_set_by_hand():
-    from gpuflow.gpu_options import pipeline_machine_type
+    from gpuflow.dataflow.gpu_options import pipeline_machine_type
 
     prime = [*HINT, "dataflow_service_options=[enable_prime]"]
     assert pipeline_machine_type(load_config(None, overrides=prime)) is None

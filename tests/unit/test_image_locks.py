@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpuflow import catalog
-from gpuflow.containers import EXPORT_LOCK, recipe_lock, recipe_metadata, recipe_names, recipe_table
-from gpuflow.image_locks import Lock, lock_path, lock_problems, parse_lock, read_lock, transformers_problems
+from gpuflow.images.containers import EXPORT_LOCK, recipe_lock, recipe_metadata, recipe_names, recipe_table
+from gpuflow.images.locks import Lock, lock_path, lock_problems, parse_lock, read_lock, transformers_problems
 
 
 @pytest.mark.parametrize("recipe", ["beam_sdk_cuda", "cpu", "cuda_base", "l4", "vllm"])
@@ -61,7 +61,7 @@ def test_transformers_refuses_a_torch_below_its_floor_that_pip_check_lets_throug
 
 
 def test_the_export_lock_loads_models_on_the_export_images_own_torch_and_python():
-    from gpuflow.config_loading import load_config
+    from gpuflow.configuration.loading import load_config
 
     image = load_config(None).export.container_image
     torch, python = catalog.export_image_versions(image)
@@ -93,7 +93,7 @@ def test_the_recipe_table_has_a_row_per_recipe():
 
 def test_download_models_own_vertex_mode_installs_the_export_locks_pins():
     import download_model
-    from gpuflow.image_locks import input_pins
+    from gpuflow.images.locks import input_pins
 
     assert {p.split("==")[0]: p.split("==")[1] for p in download_model.VERTEX_REQUIREMENTS} == input_pins("export", "")
     assert catalog.export_image_versions(download_model.VERTEX_CONTAINER) == ("2.4", "3.10")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.image_locks import Lock
+from gpuflow.configuration.loading import load_config
+from gpuflow.images.locks import Lock
 from gpuflow.preflight import image_rules, run_preflight
 from gpuflow.preflight import rules as rules_module
 from tests.gcp_fakes import FLEX, gcp_test_config

@@ -46,7 +46,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_has_no_cycle():
     graph = import_graph()
-    assert "gpuflow.preflight.gpu_rules" in graph and "gpuflow.gpu_options" in graph["gpuflow.preflight.gpu_rules"]
+    assert "gpuflow.dataflow.gpu_options" in graph["gpuflow.preflight.gpu_rules"]
     assert cycles(graph) == []
 
 
@@ -67,22 +67,29 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 def test_the_package_graph_has_no_cycle():
     """A function-level import can hide a loop between packages (quota and platform, preflight and dataproc were)."""
     packages = package_graph(import_graph())
-    assert {"gpuflow.platform", "gpuflow.preflight", "gpuflow.quota", "gpuflow.dataproc"} <= set(packages)
+    assert {"gpuflow.platform", "gpuflow.preflight", "gpuflow.gpus", "gpuflow.dataproc", "gpuflow.dataflow",
+            "gpuflow.configuration", "gpuflow.runs", "gpuflow.images", "gpuflow.composer",
+            "gpuflow.tools"} <= set(packages)
     assert cycles(packages) == []
 
 
 def test_a_package_cycle_is_found():
-    graph = {"gpuflow.quota": {"gpuflow.platform.local"}, "gpuflow.platform.gcp": {"gpuflow.quota"},
+    graph = {"gpuflow.gpus.quota": {"gpuflow.platform.local"}, "gpuflow.platform.gcp": {"gpuflow.gpus.quota"},
              "gpuflow.platform.local": set()}
-    assert cycles(package_graph(graph)) == [["gpuflow.platform", "gpuflow.quota", "gpuflow.platform"]]
+    assert cycles(package_graph(graph)) == [["gpuflow.gpus", "gpuflow.platform", "gpuflow.gpus"]]
 
 
 def test_a_cycle_is_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
 
 
-#: The runtime's layers, lowest first: each may import the ones below it and the shared modules at the top of
-#: gpuflow/, never one above it (operators sit above them all and only the DAG files and the tools import them).
+#: What gpuflow knows, grouped by what it serves (the configuration, a run, Dataflow, GPUs, Dataproc, images,
+#: Composer, the catalog): plain rules and data that every layer reads and that name no layer, task or tool.
+KNOWLEDGE = ("gpuflow.catalog", "gpuflow.configuration", "gpuflow.runs", "gpuflow.dataflow", "gpuflow.gpus",
+             "gpuflow.dataproc", "gpuflow.images", "gpuflow.composer")
+#: The runtime's layers, lowest first: each may import the ones below it, the knowledge above and the shared modules
+#: at the top of gpuflow/, never one above it (operators sit above them all and only the DAG files and the tools
+#: import them).
 LAYERS = ("gpuflow.platform", "gpuflow.steps", "gpuflow.triggers", "gpuflow.operators")
 #: preflight judges what the platform reads; steps and triggers never ask for it.
 BESIDE = {"gpuflow.preflight": ("gpuflow.steps", "gpuflow.triggers", "gpuflow.operators")}
@@ -90,12 +97,16 @@ BESIDE = {"gpuflow.preflight": ("gpuflow.steps", "gpuflow.triggers", "gpuflow.op
 
 def upward_reaches(packages: dict[str, set[str]]) -> list[tuple[str, str]]:
     found = []
+    for package in KNOWLEDGE:
+        found += [(package, target) for target in sorted(packages.get(package, ()))
+                  if target in (*LAYERS, "gpuflow.preflight", "gpuflow.tools")]
     for low, package in enumerate(LAYERS):
         found += [(package, target) for target in sorted(packages.get(package, ())) if target in LAYERS[low + 1:]]
     for package, above in BESIDE.items():
         found += [(package, target) for target in sorted(packages.get(package, ())) if target in above]
-    found += [(package, "gpuflow.operators") for package in sorted(packages)
-              if "gpuflow.operators" in packages[package] and package != "gpuflow.operators"]
+    for top in ("gpuflow.operators", "gpuflow.tools"):  # only the DAG files (and the tools) import these
+        found += [(package, top) for package in sorted(packages)
+                  if top in packages[package] and package not in (top, "gpuflow.tools")]
     found += [(package, "gpuflow.preflight") for package in ("gpuflow.platform",)
               if "gpuflow.preflight" in packages.get(package, ())]
     return found
@@ -108,8 +119,11 @@ def test_no_layer_reaches_up():
 
 
 def test_an_upward_reach_is_found():
-    packages = {"gpuflow.platform": {"gpuflow.preflight"}, "gpuflow.composer_deploy": {"gpuflow.operators"},
-                "gpuflow.steps": {"gpuflow.triggers"}}
-    assert upward_reaches(packages) == [("gpuflow.steps", "gpuflow.triggers"),
-                                        ("gpuflow.composer_deploy", "gpuflow.operators"),
+    packages = {"gpuflow.platform": {"gpuflow.preflight"}, "gpuflow.composer": {"gpuflow.operators"},
+                "gpuflow.steps": {"gpuflow.triggers", "gpuflow.tools"}, "gpuflow.dataflow": {"gpuflow.platform"}}
+    assert upward_reaches(packages) == [("gpuflow.dataflow", "gpuflow.platform"),
+                                        ("gpuflow.composer", "gpuflow.operators"),
+                                        ("gpuflow.steps", "gpuflow.triggers"),
+                                        ("gpuflow.composer", "gpuflow.operators"),
+                                        ("gpuflow.steps", "gpuflow.tools"),
                                         ("gpuflow.platform", "gpuflow.preflight")]

@@ -1,9 +1,9 @@
 """The launch step moves on to the next placement on an exhausted zone, and only then; the job that did not start
 is stopped either way."""
 
-from gpuflow.config_loading import load_config
-from gpuflow.naming import resource_names
+from gpuflow.configuration.loading import load_config
 from gpuflow.platform import JobHandle
+from gpuflow.runs.naming import resource_names
 from gpuflow.steps import launch as launch_step
 
 EXHAUSTED = ("Startup of the worker pool in zone us-central1-a failed to bring up any of the desired 1 workers. "

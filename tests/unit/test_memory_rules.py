@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.gpu_options import effective_sharing, resident_copies
+from gpuflow.configuration.loading import load_config
+from gpuflow.dataflow.gpu_options import effective_sharing, resident_copies
 from gpuflow.preflight import run_preflight
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from gpuflow.config import ConfigError, GpuflowConfig
-from gpuflow.naming import resource_names, run_prefix
+from gpuflow.configuration.model import ConfigError, GpuflowConfig
+from gpuflow.runs.naming import resource_names, run_prefix
 
 
 def test_prefix_is_stable_for_a_run_and_differs_between_runs():
@@ -25,8 +25,8 @@ def test_configured_bucket_is_shared_and_only_the_prefix_is_the_runs():
 
 
 def test_a_persistent_run_serves_on_its_deployments_topics_and_owns_only_its_smoke_subscriptions():
-    from gpuflow.config_loading import load_config
-    from gpuflow.naming import resource_names
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.runs.naming import resource_names
 
     for profile, job_subscription in (("gcp", "gfd-chat-prompts-sub"), ("local", "gfd-chat-prompts-sub-0123456789")):
         config = load_config(None, overrides=[f"profile={profile}", "project=gpuflow-unit-test", "bucket=bkt",
@@ -47,9 +47,9 @@ def test_a_persistent_run_serves_on_its_deployments_topics_and_owns_only_its_smo
 
 def test_labels_and_job_names_follow_googles_rules():
     """Labels (Resource Manager's requirements) and Dataflow job names (its Job.name pattern) are checked where made."""
-    from gpuflow.config_loading import load_config
-    from gpuflow.naming import resource_names
-    from gpuflow.platform.dataflow_options import job_name_for
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.dataflow.options import job_name_for
+    from gpuflow.runs.naming import resource_names
 
     config = load_config("configs/gcp.example.yaml", overrides=["deployment.mode=persistent", "deployment.name=prod-eu"])
     names = resource_names(config, "gf-0123456789")

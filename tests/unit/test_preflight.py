@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from gpuflow.config_loading import load_config
+from gpuflow.configuration.loading import load_config
 from gpuflow.preflight import format_findings, has_errors, run_preflight
 from gpuflow.preflight.rules import CONFIG_RULES
 

@@ -2,9 +2,9 @@
 
 import re
 
-from gpuflow.config_loading import load_config
+from gpuflow.configuration.loading import load_config
+from gpuflow.configuration.profiles import PROFILES
 from gpuflow.preflight.rules import CONFIG_RULES, ENVIRONMENT_RULES, PROFILE_RULES, WORKFLOW_CONFIG_RULES
-from gpuflow.profiles import PROFILES
 from tests.helpers import ROOT
 
 PICKS_BY_PROFILE = re.compile(r"\bprofile\s*(==|!=)")
@@ -19,7 +19,7 @@ def test_only_the_platform_and_preflights_rule_sets_pick_by_profile():
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if PICKS_BY_PROFILE.search(line) and "PROFILE_RULES.items()" not in line:
                 found.append(f"{relative}:{number}: {line.strip()}")
-    assert found == [], "ask config.traits (gpuflow.profiles) instead:\n" + "\n".join(found)
+    assert found == [], "ask config.traits (gpuflow.configuration.profiles) instead:\n" + "\n".join(found)
 
 
 def test_every_profile_has_every_trait_and_the_config_reads_its_own():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.quota import (
+from gpuflow.configuration.loading import load_config
+from gpuflow.gpus.quota import (
     ComputeClients,
     format_quota,
     global_gpu_quota,

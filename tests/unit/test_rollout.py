@@ -1,9 +1,9 @@
-"""gpuflow.rollout: which path a deployment's change takes, and why."""
+"""gpuflow.runs.rollout: which path a deployment's change takes, and why."""
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.rollout import DeploymentRecord, job_options, plan_rollout, pointer_name
+from gpuflow.configuration.loading import load_config
+from gpuflow.runs.rollout import DeploymentRecord, job_options, plan_rollout, pointer_name
 
 IMAGE = "us-central1-docker.pkg.dev/p/gpuflow/l4:1"
 
@@ -63,7 +63,7 @@ def test_pointer_names_sort_by_when_they_were_written():
 
 def test_an_empty_launch_mode_is_recorded_as_the_mode_it_resolves_to():
     """A deployment made before launch.mode was written down, or with it written, is the same job: no replace."""
-    from gpuflow.rollout import job_options
+    from gpuflow.runs.rollout import job_options
     from tests.gcp_fakes import gcp_test_config
 
     assert gcp_test_config().launch.mode is None

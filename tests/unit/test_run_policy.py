@@ -1,13 +1,13 @@
-"""What a run's conf may choose (gpuflow.run_policy): knobs yes; code, identity, files outside the project and what
+"""What a run's conf may choose (gpuflow.runs.run_policy): knobs yes; code, identity, files outside the project and what
 gets deleted, no. Each refusal names the key and the fix, and applying the fix clears it."""
 
 from pathlib import Path
 
 import pytest
 
-from gpuflow.config import ConfigError
-from gpuflow.config_loading import load_config
-from gpuflow.run_policy import check_run_conf, refusal, trusted_config_file
+from gpuflow.configuration.loading import load_config
+from gpuflow.configuration.model import ConfigError
+from gpuflow.runs.run_policy import check_run_conf, refusal, trusted_config_file
 from tests.helpers import ROOT, site_config
 
 pytestmark = pytest.mark.timeout(60)

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.task_timeouts import MARGIN_S, SHORT_S, WAITING_FLOOR_S, config_lookup, timeouts_s, too_short_for
+from gpuflow.configuration.loading import load_config
+from gpuflow.runs.task_timeouts import MARGIN_S, SHORT_S, WAITING_FLOOR_S, config_lookup, timeouts_s, too_short_for
 from tests.helpers import ROOT
 
 DAG_FILES = sorted((ROOT / "dags").glob("*.py"))
@@ -62,8 +62,8 @@ def test_a_tasks_timeout_follows_its_operator_not_its_id():
     from airflow.sdk import DAG
 
     from gpuflow.operators.streaming import ExportModelOperator
-    from gpuflow.task_timeouts import apply_task_timeouts
-    from gpuflow.trigger_form import FormLayout, attach_trigger_form
+    from gpuflow.runs.task_timeouts import apply_task_timeouts
+    from gpuflow.runs.trigger_form import FormLayout, attach_trigger_form
 
     form = FormLayout("configs/local.yaml", ("profile",), ())  # the form names the configuration file it reads
     with DAG("any_name", schedule=None) as dag:
@@ -77,5 +77,5 @@ def test_a_tasks_timeout_follows_its_operator_not_its_id():
     with DAG("any_name", schedule=None) as dag:
         EmptyOperator(task_id="noop")
     attach_trigger_form(dag, form)
-    with pytest.raises(TypeError, match="declares no waits_for"):
+    with pytest.raises(TypeError, match="declares no execution_timeout_from"):
         apply_task_timeouts(dag)

@@ -4,8 +4,16 @@ run will use and refusing a bad one, and a run's conf turned into exactly the se
 import pytest
 from airflow.sdk.definitions.param import ParamValidationError
 
-from gpuflow.config_loading import load_config
-from gpuflow.trigger_form import LABELS, RUN_SECTION, SECTIONS, SETTINGS_SECTION, FormLayout, dag_params, run_settings
+from gpuflow.configuration.loading import load_config
+from gpuflow.runs.trigger_form import (
+    LABELS,
+    RUN_SECTION,
+    SECTIONS,
+    SETTINGS_SECTION,
+    FormLayout,
+    dag_params,
+    run_settings,
+)
 from tests.helpers import dag_forms
 
 LAYOUTS = dag_forms()  # each DAG file's own form
@@ -147,7 +155,7 @@ def test_every_field_names_draft_07_which_its_schema_keeps_to(dag_id):
 
 def test_the_docs_give_each_dags_sections_in_the_forms_order():
     """docs/trigger-form.md says the order the form shows its sections in; each DAG's form follows it."""
-    from gpuflow.trigger_form import dag_form
+    from gpuflow.runs.trigger_form import dag_form
     from tests.helpers import ROOT, dag_bag
 
     text = " ".join((ROOT / "docs" / "trigger-form.md").read_text().split())

@@ -14,9 +14,9 @@ import pytest
 from google.cloud import aiplatform_v1, dataflow_v1beta3
 from google.cloud.devtools import cloudbuild_v1
 
-from gpuflow.config_loading import load_config
-from gpuflow.emulators import process_alive
+from gpuflow.configuration.loading import load_config
 from gpuflow.platform import JobHandle
+from gpuflow.platform.emulators import process_alive
 from gpuflow.platform.processes import PIPELINE_RUNNING_MARKER, is_gpuflow_process, spawn_logged
 from gpuflow.triggers import job_trigger
 from tests.gcp_fakes import (
@@ -365,3 +365,34 @@ def test_a_cancelled_export_wait_cancels_the_job_once_and_only_when_the_task_was
     cancel_while_waiting(job_trigger(config, vertex_handle(), "done", 30), {"launch": "failed"}, monkeypatch)
     (cancel,) = cancels()
     assert cancel.name == vertex_handle().name
+
+
+# -- the operators' cancel_on_kill and poll_interval, carried by every job trigger ---------------------------------
+
+
+def test_cancel_on_kill_false_leaves_the_job_running_on_every_job_trigger(cloud, tmp_path):
+    """A task killed with cancel_on_kill=False leaves its job alone (no cancel request, no stopped process), and
+    each trigger polls at the operator's poll_interval; both survive the triggerer's serialize round trip."""
+    import importlib
+
+    cloud.build = FakeCloudBuild(cloud.registry)
+    build = JobHandle(kind="cloud-build", id="b7e1c0de", name="b7e1c0de", location="us-central1")
+    dataflow = cloud.dataflow.scripted_job(STREAMING_STARTS)
+    local, process = start_process(tmp_path, "import time; time.sleep(60)")
+    try:
+        for config, handle, poll_key in [(gcp_test_config(), vertex_handle(), "poll_interval"),
+                                         (gcp_test_config(), build, "poll_interval"),
+                                         (gcp_test_config(), dataflow, "poll_interval_s"),
+                                         (load_config(None), local, "poll_interval_s")]:
+            trigger = job_trigger(config, handle, "done", 30, poll_interval_s=3.0, cancel_on_kill=False)
+            classpath, kwargs = trigger.serialize()
+            assert (kwargs["cancel_on_kill"], kwargs[poll_key]) == (False, 3.0), classpath
+            module, _, name = classpath.rpartition(".")
+            asyncio.run(getattr(importlib.import_module(module), name)(**kwargs).on_kill())
+        assert [r for r in cloud.vertex.requests if r[0] == "cancel_custom_job"] == []
+        assert [r for r in cloud.build.requests if r[0] == "cancel_build"] == []
+        assert cloud.dataflow.calls("update_job") == []
+        assert process_alive(process.pid)
+    finally:
+        process.kill()
+        process.wait(timeout=15)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from gpuflow.config_loading import load_config
-from gpuflow.placements import FallbacksExhausted, next_placement, worth_a_fallback
-from gpuflow.troubleshoot import classify
+from gpuflow.configuration.loading import load_config
+from gpuflow.gpus.troubleshoot import classify
+from gpuflow.steps.placements import FallbacksExhausted, next_placement, worth_a_fallback
 
 REAL_ERRORS = {
     "ZONE_RESOURCE_POOL_EXHAUSTED": (

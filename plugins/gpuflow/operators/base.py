@@ -7,13 +7,14 @@ inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports 
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from gpuflow.operators.airflow_names import AirflowFailException
-from gpuflow.trigger_form import dag_form, run_settings
+from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
+from gpuflow.runs.trigger_form import dag_form, run_settings
 from gpuflow.workflow_names import GPU_POOL, LAUNCH_TASK, PREFLIGHT_TASK
 
 log = logging.getLogger(__name__)
@@ -22,11 +23,11 @@ log = logging.getLogger(__name__)
 def config_from_params(context: Any):
     """The run's configuration: its config file, then its Params. A bad one fails the task without retries.
 
-    What the run's conf sends is untrusted (``gpuflow.run_policy``): a config_file it names must lie in configs/ or
+    What the run's conf sends is untrusted (``gpuflow.runs.run_policy``): a config_file it names must lie in configs/ or
     the site folder, and each key it sets must be one a run may choose, checked against the file's own values."""
-    from gpuflow.config import ConfigError
-    from gpuflow.config_loading import load_config, param_key_to_dotted
-    from gpuflow.run_policy import check_run_conf, trusted_config_file
+    from gpuflow.configuration.loading import load_config, param_key_to_dotted
+    from gpuflow.configuration.model import ConfigError
+    from gpuflow.runs.run_policy import check_run_conf, trusted_config_file
 
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     config_file, changed, lines = run_settings(dag_form(context["dag"]), dict(context["params"]), conf)
@@ -51,9 +52,9 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
 
     A finding at error level fails the task without retries: a bad configuration will not get better. So does a
     run whose waits would outlast their tasks' execution_timeout (killed mid-wait instead of ending with the
-    reason); the execution timeouts come from the DAG's configuration file (``gpuflow.task_timeouts``)."""
+    reason); the execution timeouts come from the DAG's configuration file (``gpuflow.runs.task_timeouts``)."""
     from gpuflow.preflight import run_preflight
-    from gpuflow.task_timeouts import too_short_for
+    from gpuflow.runs.task_timeouts import too_short_for
 
     short = too_short_for(config, context["dag"])
     if short:
@@ -61,8 +62,8 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
             "this run's timeouts exceed what its tasks may run (their execution_timeout comes from the DAG's "
             f"configuration file): {'; '.join(short)}. Fix: raise the timeouts in the configuration file the DAG "
             "reads, or lower them for this run.")
+    from gpuflow.composer.api import environment_facts, pool_state, this_environment
     from gpuflow.platform import get_platform
-    from gpuflow.platform.composer_api import environment_facts, pool_state, this_environment
 
     platform = get_platform(config)
     composer = this_environment(config.gcp_conn_id)  # on Composer: its Airflow's pools, its image, its triggerer
@@ -84,7 +85,7 @@ def fail_on_errors(findings: list, what: str) -> None:
 
 
 def names_for(context: Any, config):
-    from gpuflow.naming import resource_names, run_prefix
+    from gpuflow.runs.naming import resource_names, run_prefix
 
     return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
 
@@ -94,11 +95,11 @@ ROLLOUT_KEY = "gpuflow_rollout"
 
 
 def rollout_plan(context: Any):
-    """This run's rollout plan (``gpuflow.rollout.RolloutPlan``), or None when the run is ephemeral."""
+    """This run's rollout plan (``gpuflow.runs.rollout.RolloutPlan``), or None when the run is ephemeral."""
     pushed = context["ti"].xcom_pull(task_ids=PREFLIGHT_TASK, key=ROLLOUT_KEY)
     if not pushed:
         return None
-    from gpuflow.rollout import RolloutPlan
+    from gpuflow.runs.rollout import RolloutPlan
 
     return RolloutPlan.model_validate(pushed)
 
@@ -124,12 +125,28 @@ def event_succeeded(event: dict[str, Any] | None) -> bool:
     return bool(event) and event.get("status") in ("reached", "success")
 
 
+class WaitInWorker(Exception):
+    """``deferrable=False``: raised where the step would defer, so that ``execute`` waits for the trigger itself."""
+
+    def __init__(self, trigger: Any, timeout_s: float):
+        super().__init__(f"wait in the worker for {type(trigger).__name__}")
+        self.trigger, self.timeout_s = trigger, timeout_s
+
+
 class GpuflowStepOperator(BaseOperator):
     """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment.
 
     A step that starts a job defers (``defer_on``) and goes on in ``execute_complete_step`` when the trigger fires
     (Airflow calls ``execute_complete``), so that no worker slot is held while Google (or the local pipeline
-    process) works."""
+    process) works.
+
+    :param deferrable: defer while a job runs (the default: the triggerer waits, the worker slot is free). False:
+        the task waits in its worker slot, with the same trigger, then goes on as it would after the deferral; for
+        an Airflow without a triggerer. Its execution_timeout already covers the wait.
+    :param poll_interval: seconds between a job trigger's polls of the job; None: ``dataflow.poll_interval_s``.
+    :param cancel_on_kill: stop the task's job when the task is killed (the default), deferred or not. False: a
+        killed task leaves its job running; the run's cleanup task, or the janitor, stops it later.
+    """
 
     template_fields = ("config_json", "image")
     ui_color = "#e8f4fd"
@@ -138,14 +155,17 @@ class GpuflowStepOperator(BaseOperator):
 
     # The one __init__ of all step operators, with the few step-specific arguments: Airflow merges the DAG's
     # defaults once per __init__ in the class chain, and every merge counts at DAG parse time.
-    def __init__(self, *, config_json: Any = None, image: Any = None, launch_task_id: str = LAUNCH_TASK, **kwargs: Any):
+    def __init__(self, *, config_json: Any = None, image: Any = None, launch_task_id: str = LAUNCH_TASK,
+                 deferrable: bool = True, poll_interval: float | None = None, cancel_on_kill: bool = True,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.config_json = config_json
         self.image = image  # verify_gpu: build_container's result
         self.launch_task_id = launch_task_id  # cleanup: where the job handle was pushed
+        self.deferrable, self.poll_interval, self.cancel_on_kill = deferrable, poll_interval, cancel_on_kill
 
     def _in_platform(self, context: Any, step: Any, **kwargs: Any) -> Any:
-        from gpuflow.config_loading import config_from_json
+        from gpuflow.configuration.loading import config_from_json
         from gpuflow.platform import get_platform
 
         config = config_from_json(self.config_json)
@@ -155,7 +175,29 @@ class GpuflowStepOperator(BaseOperator):
             return step(config, names, platform, context, **kwargs)
 
     def execute(self, context: Any) -> Any:
-        return self._in_platform(context, self.execute_step)
+        return self.waiting_in_worker(context, lambda: self._in_platform(context, self.execute_step))
+
+    def waiting_in_worker(self, context: Any, step: Any) -> Any:
+        """Run ``step``; with ``deferrable=False``, each wait it would defer to is waited for here (the trigger's
+        first event), then the task goes on in ``execute_complete``, as Airflow would call it after a deferral."""
+        while True:
+            try:
+                return step()
+            except WaitInWorker as wait:
+                step = functools.partial(self.execute_complete, context, self.wait_for_event(wait.trigger,
+                                                                                             wait.timeout_s))
+
+    @staticmethod
+    def wait_for_event(trigger: Any, timeout_s: float) -> dict[str, Any]:
+        """``deferrable=False``: the trigger's event, waited for in this worker (``timeout_s``: Airflow's deferral
+        timeout, the backstop above the trigger's own)."""
+        from gpuflow.triggers import first_event
+
+        log.info("deferrable=False: waiting in the worker for %s (up to %.0fs)", type(trigger).__name__, timeout_s)
+        try:
+            return first_event(trigger, timeout_s)
+        except TimeoutError:
+            raise AirflowException(f"{type(trigger).__name__} gave no event within {timeout_s:.0f}s") from None
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         """Where a deferred step goes on: the trigger's event, and what ``defer_on`` carried over (in XCom: Airflow
@@ -172,7 +214,7 @@ class GpuflowStepOperator(BaseOperator):
         self._platform, self._job = platform, handle
 
     def on_kill(self) -> None:
-        if self._platform is not None and self._job is not None:
+        if self.cancel_on_kill and self._platform is not None and self._job is not None:
             log.info("task killed: stopping %s %s", self._job.kind, self._job.name)
             self.stop_job(self._platform, self._job)
 
@@ -202,8 +244,9 @@ class GpuflowStepOperator(BaseOperator):
 
         seconds = timeout_s if timeout_s is not None else platform.job_timeout_s(until)
         log.info("deferring until %s %s is %s (up to %.0fs)", handle.kind, handle.name, until, seconds)
-        self.defer_with(context, job_trigger(config, handle, until, seconds), seconds, handle=handle.to_xcom(),
-                        **carry)
+        trigger = job_trigger(config, handle, until, seconds, poll_interval_s=self.poll_interval,
+                              cancel_on_kill=self.cancel_on_kill)
+        self.defer_with(context, trigger, seconds, handle=handle.to_xcom(), **carry)
 
     def defer_with(self, context: Any, trigger: Any, timeout_s: float, **carry: Any) -> None:
         """Defer to ``trigger``; ``execute_complete_step`` gets its event and ``carry`` (kept in the task's XCom)."""
@@ -216,7 +259,10 @@ class GpuflowStepOperator(BaseOperator):
         # - ``defer(timeout=…)``, DEFERRAL_BACKSTOP_S later, for a trigger that never answers (a triggerer gone for good). It is
         #   the only bound Airflow keeps while a task is deferred: the execution API does not apply the task's
         #   execution_timeout to a deferral (its "TODO: HANDLE execution timeout later", routes/task_instances.py).
-        # execution_timeout (gpuflow.task_timeouts) bounds the task's running parts, before and after the wait.
+        # execution_timeout (gpuflow.runs.task_timeouts) bounds the task's running parts, before and after the wait
+        # (and the wait too, where the task waits in its worker: deferrable=False).
+        if not self.deferrable:
+            raise WaitInWorker(trigger, deferral_timeout(timeout_s).total_seconds())
         self.defer(trigger=trigger, method_name="execute_complete", timeout=deferral_timeout(timeout_s))
 
     def execute_step(self, config, names, platform, context: Any) -> Any:

@@ -28,13 +28,14 @@ BATCH_ANSWERS_ASSET = Asset(name="gpuflow_batch_answers")
 
 
 class BatchPreflightOperator(PreflightOperator):
-    """Preflight, with the interval's dates filled into batch.input, batch.output and batch.dead_letter_output."""
+    """Preflight of the batch workflow (``PreflightOperator``, both profiles), with the interval's dates filled into
+    batch.input, batch.output and batch.dead_letter_output. It waits for nothing."""
 
     workflow = "batch"
 
     def for_this_run(self, config, context: Any):
-        from gpuflow.batch_paths import date_fields, fill_batch_paths
-        from gpuflow.config import ConfigError
+        from gpuflow.configuration.model import ConfigError
+        from gpuflow.runs.batch_paths import date_fields, fill_batch_paths
 
         # A batch run is its own: deployment.mode (the streaming DAG's) does not apply to it.
         config = config.model_copy(update={"deployment": config.deployment.model_copy(update={"mode": "ephemeral"})})
@@ -45,8 +46,9 @@ class BatchPreflightOperator(PreflightOperator):
 
 
 class WaitForInputOperator(GpuflowStepOperator):
-    """Finds the interval's input; when there is none yet, defers up to batch.input_wait_s for it to appear. Still
-    none: batch.missing_input skips the run's other tasks, or fails the run.
+    """Finds the interval's input; when there is none yet, waits, deferred, up to batch.input_wait_s for it to
+    appear. Still none: batch.missing_input skips the run's other tasks, or fails the run. local: files on local disk
+    or in the storage emulator; gcp: objects in Cloud Storage.
 
     It waits with the trigger that ``GCSObjectExistenceSensor(use_glob=True, deferrable=True)`` defers to,
     ``GCSBlobTrigger`` (``gpuflow.triggers.batch_input``), not with the sensor (apache-airflow-providers-google
@@ -55,7 +57,7 @@ class WaitForInputOperator(GpuflowStepOperator):
     the input lies on local disk or in the storage emulator, which the provider's async client finds only through
     the triggerer's environment; and ``batch.missing_input`` chooses between skipping the run and failing it."""
 
-    waits_for = "input"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "input"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
 
@@ -93,7 +95,8 @@ class WaitForInputOperator(GpuflowStepOperator):
 
 
 class BatchSetupOperator(SetupResourcesOperator):
-    """The run's bucket (for the exported model and the job's staging), without Pub/Sub: a batch job reads files."""
+    """The run's bucket (for the exported model and the job's staging), without Pub/Sub: a batch job reads files.
+    Through the provider's GCSHook on both profiles (local: the storage emulator). It waits for nothing."""
 
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
@@ -104,18 +107,21 @@ class BatchSetupOperator(SetupResourcesOperator):
 
 class RunBatchOperator(LaunchPipelineOperator):
     """Starts the batch job on the interval's input (with the streaming launch's fallbacks on an exhausted zone)
-    and defers until it is done; it writes into the run's staging folders, which publish moves into place."""
+    and waits, deferred, until it is done; it writes into the run's staging folders, which publish moves into place.
+    local: a pipeline process on the local runner; gcp: a batch Dataflow job."""
 
-    waits_for = "batch_job"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "batch_job"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     batch = True
 
 
 class PublishOutputsOperator(GpuflowStepOperator):
     """Checks that every input line ended answered or dead-lettered, then replaces the date's outputs with the
-    run's; the summary (counts, prompts/s, tokens/s) goes to the log, XCom, ``_SUCCESS`` and the Asset event."""
+    run's; the summary (counts, prompts/s, tokens/s) goes to the log, XCom, ``_SUCCESS`` and the Asset event.
+    local: files on local disk or in the storage emulator; gcp: Cloud Storage, through GCSHook. It waits for
+    nothing."""
 
-    waits_for = "publish"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "publish"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
 
@@ -140,7 +146,8 @@ class PublishOutputsOperator(GpuflowStepOperator):
 
 
 class BatchGpuUsageOperator(GpuUsageCheck):
-    """After the batch job: did its GPUs work over the job's window (smoke_test.gpu_usage: fail, warn, ignore)?"""
+    """After the batch job: did its GPUs work over the job's window (smoke_test.gpu_usage: fail, warn, ignore)?
+    local: nvidia-smi; gcp: Cloud Monitoring, waited for deferred (``GpuUsageCheck``)."""
 
     def execute_step(self, config, names, platform, context):
         from gpuflow.platform import JobHandle
@@ -152,8 +159,8 @@ class BatchGpuUsageOperator(GpuUsageCheck):
 
 
 class BatchCleanupOperator(CleanupOperator):
-    """Cleanup of a batch run: its bucket or prefix (it has no Pub/Sub), and its staging folders (left by a job or a
-    publish that failed)."""
+    """Cleanup of a batch run (``CleanupOperator``, both profiles: it waits, deferred, while gcp's jobs stop): its
+    bucket or prefix (it has no Pub/Sub), and its staging folders (left by a job or a publish that failed)."""
 
     def delete_resources(self, context, config, names, platform, stopped):
         from gpuflow.steps.batch import discard_staging

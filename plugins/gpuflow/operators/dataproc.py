@@ -21,9 +21,10 @@ log = logging.getLogger(__name__)
 
 
 class DataprocPreflightOperator(BaseOperator):
-    """The configuration's rules (the Dataproc ones included); the batch needs no emulator."""
+    """The configuration's rules (the Dataproc ones included), on both profiles; local: Java for local Spark (the
+    batch needs no emulator); gcp: the project's access. It waits for nothing."""
 
-    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
 
@@ -36,8 +37,9 @@ class DataprocPreflightOperator(BaseOperator):
 
 
 class DataprocBatchOperator(GpuflowStepOperator):
-    """Runs the batch: local Spark here, or Dataproc Serverless, created with the provider's DataprocHook and waited
-    for by its DataprocBatchTrigger (the task defers). ``on_kill``, and the trigger's while deferred, cancel it.
+    """Runs the batch. local: Spark here, in the task (it waits for the Spark job in the worker). gcp: Dataproc
+    Serverless, created with the provider's DataprocHook and waited for, deferred, by its DataprocBatchTrigger.
+    ``on_kill``, and the trigger's while deferred, cancel it.
 
     Not the provider's ``DataprocCreateBatchOperator(deferrable=True)`` (apache-airflow-providers-google 22.8.0):
     - not for parse cost: the dag-processor imports a provider module a DAG file names once, before it forks each
@@ -51,7 +53,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
     finds the batch there (``AlreadyExists``) waits for it instead of creating a second one.
     """
 
-    waits_for = "dataproc_batch"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "dataproc_batch"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
     operator_extra_links = (DataprocConsoleLink(),)
@@ -59,8 +61,8 @@ class DataprocBatchOperator(GpuflowStepOperator):
     _operation_name = None
 
     def execute(self, context: Any) -> Any:
-        from gpuflow.config_loading import config_from_json
-        from gpuflow.dataproc import batch_id_for
+        from gpuflow.configuration.loading import config_from_json
+        from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.platform.console import dataproc_batch_url
         from gpuflow.steps.dataproc_batch import create_gcp_batch, run_local_batch
         from gpuflow.triggers.cancelling import CancellingDataprocBatchTrigger
@@ -78,17 +80,21 @@ class DataprocBatchOperator(GpuflowStepOperator):
         log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, config.dataproc.timeout_s)
         trigger = CancellingDataprocBatchTrigger(
             batch_id=batch_id, project_id=config.project, region=config.region, gcp_conn_id=config.gcp_conn_id,
-            polling_interval_seconds=config.dataproc.poll_interval_s, timeout_s=config.dataproc.timeout_s)
+            polling_interval_seconds=self.poll_interval or config.dataproc.poll_interval_s,
+            timeout_s=config.dataproc.timeout_s, cancel_on_kill=self.cancel_on_kill)
         # Its two bounds, as GpuflowStepOperator.defer_with sets them.
-        self.defer(method_name="batch_ended", trigger=trigger,
-                   timeout=deferral_timeout(config.dataproc.timeout_s))
+        timeout = deferral_timeout(config.dataproc.timeout_s)
+        if not self.deferrable:
+            return self.execute_complete(context, self.wait_for_event(trigger, timeout.total_seconds()))
+        self.defer(method_name="execute_complete", trigger=trigger, timeout=timeout)
 
-    def batch_ended(self, context: Any, event: dict[str, Any]) -> Any:
-        from gpuflow.config_loading import config_from_json
-        from gpuflow.dataproc import batch_id_for
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        from gpuflow.configuration.loading import config_from_json
+        from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.steps.dataproc_batch import BatchFailed, finished_gcp_batch
 
         config = config_from_json(self.config_json)
+        event = event or {}
         batch_id = event.get("batch_id") or batch_id_for(names_for(context, config).prefix)
         state = event.get("batch_state") or event.get("status", "UNKNOWN")  # the timeout's event has no batch state
         try:
@@ -99,24 +105,25 @@ class DataprocBatchOperator(GpuflowStepOperator):
     def on_kill(self) -> None:
         from gpuflow.steps.dataproc_batch import cancel_gcp_batch
 
-        if self._config is not None and self._operation_name:
+        if self.cancel_on_kill and self._config is not None and self._operation_name:
             log.info("task killed: cancelling %s", self._operation_name)
             cancel_gcp_batch(self._config, self._operation_name)
 
 
 class DataprocCleanupOperator(GpuflowStepOperator):
-    """Deletes the run's batch on Dataproc ("not found" is fine); the local profile leaves nothing behind.
+    """gcp: deletes the run's batch on Dataproc ("not found" is fine); local: nothing, the local profile leaves
+    nothing behind. It waits for nothing.
 
     The provider's ``DataprocDeleteBatchOperator`` (22.8.0) makes the same ``DataprocHook.delete_batch`` call, but it
     fails on a batch that is not there, which a teardown after a failed submit must accept."""
 
-    waits_for = "every_region_stops"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "every_region_stops"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#f8d7da"
 
     def execute(self, context: Any) -> Any:
-        from gpuflow.config_loading import config_from_json
-        from gpuflow.dataproc import batch_id_for
+        from gpuflow.configuration.loading import config_from_json
+        from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.steps.dataproc_batch import delete_gcp_batch
 
         config = config_from_json(self.config_json)

@@ -15,16 +15,19 @@ log = logging.getLogger(__name__)
 
 
 class MaintenancePreflightOperator(PreflightOperator):
-    """Preflight of the teardown and the janitor: the connection and the project, not the job's rules."""
+    """Preflight of the teardown and the janitor: the connection and the project (local: the emulators; gcp: the
+    project's access), not the job's rules. It waits for nothing."""
 
     workflow = "maintenance"
 
 
 class PromoteOperator(GpuflowStepOperator):
     """The new version answered the smoke test: record it as the deployment's state (the record names its job, its
-    image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote."""
+    image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote.
+    The record lies in the bucket on both profiles (local: the storage emulator); the replaced job is stopped as
+    cleanup stops one (local: its process; gcp: a Dataflow drain, waited for deferred)."""
 
-    waits_for = "job_stop"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "job_stop"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
@@ -58,15 +61,16 @@ class PromoteOperator(GpuflowStepOperator):
 
 
 class TeardownOperator(CleanupOperator):
-    """Stops a deployment's job (drain or cancel: dataflow.stop_action), deferring while it stops, then deletes
-    its subscriptions, topics, model folder and record."""
+    """Stops a deployment's job (drain or cancel: dataflow.stop_action), then deletes its subscriptions, topics,
+    model folder and record. local: the pipeline process is stopped at once; gcp: the task waits, deferred, while
+    Dataflow stops the job."""
 
-    waits_for = "job_stop"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "job_stop"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     def execute_step(self, config, names, platform, context):
-        from gpuflow.naming import DEPLOYMENT_LABEL, deployment_name
         from gpuflow.platform import JobHandle
         from gpuflow.platform.records import Records
+        from gpuflow.runs.naming import DEPLOYMENT_LABEL, deployment_name
 
         name = deployment_name(config)
         record = Records(config, platform.conn_id).read(name)
@@ -82,7 +86,7 @@ class TeardownOperator(CleanupOperator):
         return self._next(context, config, names, platform, [job.to_xcom() for job in stopping], [])
 
     def delete_resources(self, context, config, names, platform, stopped: list[str]) -> dict[str, Any]:
-        from gpuflow.naming import deployment_name
+        from gpuflow.runs.naming import deployment_name
         from gpuflow.steps.deployment import tear_down
 
         return tear_down(config, platform, deployment_name(config), stopped)
@@ -90,7 +94,8 @@ class TeardownOperator(CleanupOperator):
 
 class JanitorOperator(CleanupOperator):
     """Finds what gpuflow left behind that no running DAG run and no recorded deployment owns, and deletes it
-    (janitor.dry_run: lists it). Leftover jobs are cancelled first, while the task defers."""
+    (janitor.dry_run: lists it). Leftover jobs are cancelled first: local pipeline processes at once; on gcp the
+    task waits, deferred, while Dataflow stops them."""
 
     LEFTOVERS_KEY = "gpuflow_leftovers"
 

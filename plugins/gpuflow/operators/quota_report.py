@@ -13,14 +13,15 @@ log = logging.getLogger(__name__)
 
 
 class GpuQuotaReportOperator(BaseOperator):
-    """Reads GPU quota headroom (gcp) or local GPUs (local); warns when it is below what inference needs."""
+    """Reads GPU quota headroom (gcp: Compute Engine, each configured region) or this machine's GPUs (local:
+    nvidia-smi and torch); warns when it is below what inference needs. It waits for nothing."""
 
-    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from gpuflow.quota import compute_clients, format_quota, gpu_quota
+        from gpuflow.gpus.quota import compute_clients, format_quota, gpu_quota
         from gpuflow.steps.quota import local_gpu_report
 
         config = config_from_params(context)

@@ -42,11 +42,11 @@ class PreflightOperator(BaseOperator):
         (gpuflow's own DAGs); with it, the run's conf is not read.
     :param settings: dotted keys over the file's values (``{"model.max_new_tokens": 8}``), set by the DAG's author.
         Both are templated; a template that reads ``dag_run.conf`` hands the choice to whoever triggers the run,
-        past gpuflow's run policy (``gpuflow.run_policy``), so read the team's own tasks' results instead.
+        past gpuflow's run policy (``gpuflow.runs.run_policy``), so read the team's own tasks' results instead.
     """
 
     template_fields = ("config_file", "settings")
-    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
     workflow = "inference"  # which of preflight's rule sets apply
@@ -65,8 +65,8 @@ class PreflightOperator(BaseOperator):
     def _config(self, context: Any):
         if self.config_file is None:
             return config_from_params(context)
-        from gpuflow.config import ConfigError
-        from gpuflow.config_loading import load_config
+        from gpuflow.configuration.loading import load_config
+        from gpuflow.configuration.model import ConfigError
 
         try:
             return load_config(self.config_file, self.settings)  # dotted keys, as a form's Params are set
@@ -89,7 +89,14 @@ class PreflightOperator(BaseOperator):
 
 
 class SetupResourcesOperator(GpuflowStepOperator):
-    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+    """Creates the run's prompts and answers topics, their subscriptions and the run's bucket (or prefix), each
+    labelled with the run's names, through the provider's PubSubHook and GCSHook: the emulators locally, Google on gcp
+    (one code path, ``steps/resources.py``). It waits for nothing.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    """
+
+    execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
@@ -110,7 +117,7 @@ class QuotaCheckOperator(GpuflowStepOperator):
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     """
 
-    waits_for = "short"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
 
@@ -128,10 +135,18 @@ class QuotaCheckOperator(GpuflowStepOperator):
 
 
 class ExportModelOperator(GpuflowStepOperator):
-    """Exports the bf16 state_dict; on gcp the Vertex AI job is created, then the task defers until it ends.
-    ``on_kill`` (and the trigger's, while deferred) cancels the job."""
+    """Exports the model's bf16 state_dict, config and tokenizer to the run's model folder; skipped when the same
+    model in bf16 is already there (a retry, a re-run).
 
-    waits_for = "export"  # its execution_timeout: gpuflow.task_timeouts
+    local: beam_jobs/download_model.py runs in the task, from the offline demo model or a local checkpoint (it waits
+    for it there). gcp: a Vertex AI custom job runs it; the task waits for the job to end, deferred (up to
+    ``export.timeout_s``).
+    ``on_kill`` (and the trigger's, while deferred) cancels the job.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    """
+
+    execution_timeout_from = "export"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     operator_extra_links = (VertexAIConsoleLink(),)
 
@@ -163,10 +178,18 @@ class ExportModelOperator(GpuflowStepOperator):
 
 
 class BuildContainerOperator(GpuflowStepOperator):
-    """Renders and builds the worker image; on gcp Cloud Build is started, then the task defers until it ends.
-    ``on_kill`` (and the trigger's, while deferred) cancels the build."""
+    """Renders the worker image's recipe with its lock, checks it statically, and builds it where it can; an image
+    named in ``container.image`` is used as it is.
 
-    waits_for = "build"  # its execution_timeout: gpuflow.task_timeouts
+    local: ``docker build`` where a Docker engine answers, else the task reports NOT BUILT and waits for nothing.
+    gcp: nothing is built when Artifact Registry has the content's tag; otherwise Cloud Build is started and the
+    task waits for it to end, deferred (up to ``container.build_timeout_s``). ``on_kill`` (and the trigger's, while
+    deferred) cancels the build.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    """
+
+    execution_timeout_from = "build"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     operator_extra_links = (CloudBuildConsoleLink(),)
 
@@ -204,7 +227,7 @@ class VerifyGpuOperator(GpuflowStepOperator):
     :param image: the worker image (a URI, or ``BuildContainerOperator``'s result); the local runner ignores it.
     """
 
-    waits_for = "job_start"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "job_start"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     def execute_step(self, config, names, platform, context):
         if not config.uses_gpu:
@@ -231,12 +254,19 @@ class VerifyGpuOperator(GpuflowStepOperator):
 
 
 class LaunchPipelineOperator(GpuflowStepOperator):
-    """Starts the streaming pipeline, pushes its job handle at once, and defers until its workers are up.
+    """Starts the streaming pipeline, pushes its job handle at once, and waits, deferred, until its workers are up.
 
-    When the zone has no free GPUs (ZONE_RESOURCE_POOL_EXHAUSTED), the job is stopped and the next of
-    ``gpu.fallbacks`` is started, each checked by preflight first. ``on_kill`` stops a job not yet deferred on."""
+    local: beam_jobs/llm_inference.py as a detached process on the local runner. gcp: a Dataflow job (a staged
+    template or a Flex Template), which counts as up once its workers have started. When the zone has no free GPUs
+    (ZONE_RESOURCE_POOL_EXHAUSTED), the job is stopped and the next of ``gpu.fallbacks`` is started, each checked by
+    preflight first. A lasting deployment's rollout switches the weights or updates the job in place instead.
+    ``on_kill`` stops a job not yet deferred on (the trigger's, after).
 
-    waits_for = "job_start"  # its execution_timeout: gpuflow.task_timeouts
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param image: the worker image (a URI, or ``BuildContainerOperator``'s result); the local runner ignores it.
+    """
+
+    execution_timeout_from = "job_start"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
@@ -266,9 +296,9 @@ class LaunchPipelineOperator(GpuflowStepOperator):
         self.defer_on(context, config, platform, handle, "running", placement=1, failures=[], started=time.time())
 
     def _start(self, config, names, context, after: int, failures: list[str]):
-        from gpuflow.placements import FallbacksExhausted
         from gpuflow.platform import get_platform
         from gpuflow.steps.launch import start_next_placement
+        from gpuflow.steps.placements import FallbacksExhausted
         from gpuflow.steps.quota import QuotaTooLow
 
         try:
@@ -306,10 +336,12 @@ def _pushed_handle(context: Any, launch_task_id: str):
 
 
 class GpuUsageCheck(GpuflowStepOperator):
-    """Checks that a job's GPUs really worked over a window: nvidia-smi here, or Cloud Monitoring on gcp, where the
-    task defers until the job's GPU metrics have arrived (they lag). smoke_test.gpu_usage says fail, warn or ignore."""
+    """Checks that a job's GPUs really worked over a window; smoke_test.gpu_usage says fail, warn or ignore.
 
-    waits_for = "gpu_usage"  # its execution_timeout: gpuflow.task_timeouts
+    local: nvidia-smi, read at once (it waits for nothing). gcp: Cloud Monitoring; the task waits, deferred, until
+    the job's GPU metrics have arrived (they lag; up to ``smoke_test.gpu_usage_timeout_s``)."""
+
+    execution_timeout_from = "gpu_usage"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     def check_usage(self, context, config, platform, handle, window, result: dict[str, Any]) -> dict[str, Any]:
         if not config.uses_gpu:
@@ -353,7 +385,7 @@ class SmokeTestOperator(GpuUsageCheck):
     :param launch_task_id: the task that pushed the pipeline's job handle (``LaunchPipelineOperator``).
     """
 
-    waits_for = "smoke_test"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "smoke_test"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.smoke import start_smoke_test
@@ -402,18 +434,20 @@ class SmokeTestOperator(GpuUsageCheck):
 
 
 class CleanupOperator(GpuflowStepOperator):
-    """Stops the run's jobs (by handle, and by the run's prefix), deferring while Dataflow stops them, then deletes
-    the run's resources. A persistent deployment's run first rolls back what it did not promote, and never stops
-    the job the deployment serves on, nor deletes its topics, subscription or model.
+    """Stops the run's jobs (by handle, and by the run's prefix), then deletes the run's resources. local: the
+    pipeline processes are stopped at once; gcp: each Dataflow job is cancelled or drained, in the region and every
+    fallback region, and the task waits, deferred, while it stops. The topics, subscriptions and bucket go through
+    the provider's hooks on both. A persistent deployment's run first rolls back what it did not promote, and never
+    stops the job the deployment serves on, nor deletes its topics, subscription or model.
 
-    It deletes only what carries the run's names and labels (``gpuflow.naming``), never a team's bucket or objects
+    It deletes only what carries the run's names and labels (``gpuflow.runs.naming``), never a team's bucket or objects
     outside the run's prefix. Make it the teardown of the tasks that create (``cleanup.as_teardown(setups=...)``).
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     :param launch_task_id: the task that pushed the pipeline's job handle, if any.
     """
 
-    waits_for = "every_region_stops"  # its execution_timeout: gpuflow.task_timeouts
+    execution_timeout_from = "every_region_stops"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#f8d7da"
 

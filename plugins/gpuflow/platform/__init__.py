@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuflow.config import GpuflowConfig
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform.base import (
     ExportBackend,
     GpuBackend,

@@ -10,9 +10,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform.access_facts import AccessProbe
+from gpuflow.runs.naming import ResourceNames
 
 #: The region's zones that offer a GPU type now: ``(gpu_type, region) -> zones``.
 ZonesOffering = Callable[[str, str], list[str]]

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuflow.batch_paths import is_gcs, is_gpuflow_output, split_gcs_uri
+from gpuflow.runs.batch_paths import is_gcs, is_gpuflow_output, split_gcs_uri
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
@@ -108,7 +108,7 @@ class BatchFiles:
         return len(files)
 
     def delete_outputs(self, folder: str) -> int:
-        """Delete the files gpuflow writes directly in ``folder`` (``gpuflow.batch_paths.is_gpuflow_output``) and
+        """Delete the files gpuflow writes directly in ``folder`` (``gpuflow.runs.batch_paths.is_gpuflow_output``) and
         nothing else: the folder a run names may hold a team's own files, and a run deletes only what it makes."""
         own = [path for path in self.in_folder(folder)
                if "/" not in path[len(folder):] and is_gpuflow_output(path[len(folder):])]

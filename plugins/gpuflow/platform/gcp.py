@@ -14,13 +14,13 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.gpu_options import accelerator_hint, right_fitting
-from gpuflow.naming import ResourceNames
+from gpuflow.dataflow.gpu_options import accelerator_hint, right_fitting
+from gpuflow.dataflow.options import job_name_for
 from gpuflow.platform.base import JobHandle, ZonesOffering
-from gpuflow.platform.dataflow_options import job_name_for
 from gpuflow.platform.gcp_build import CloudBuildImages
 from gpuflow.platform.gcp_dataflow import DataflowJobs
 from gpuflow.platform.gcp_vertex import VertexExport
+from gpuflow.runs.naming import ResourceNames
 
 if TYPE_CHECKING:
     from gpuflow.platform.gcp_access import GcpAccessProbe
@@ -56,7 +56,7 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
         return self._zones_offering
 
     def _zones_offering(self, gpu_type: str, region: str) -> list[str]:
-        from gpuflow.quota import zones_offering
+        from gpuflow.gpus.quota import zones_offering
 
         return zones_offering(self.config.project, gpu_type, region, self.clients.compute_accelerator_types())
 
@@ -69,7 +69,7 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
     def gpu_capacity(self) -> dict[str, Any]:
         """The region's GPU quota and the project-wide GPUS_ALL_REGIONS; ``enough`` is False only when a quota
         is known to be too small (an unknown one is reported with its fix)."""
-        from gpuflow.quota import gpu_quota
+        from gpuflow.gpus.quota import gpu_quota
 
         readings = gpu_quota(self.config, self.clients.compute(), regions=[self.config.region])
         return {"source": "compute-quota", "readings": [r.as_dict() for r in readings],

@@ -9,10 +9,10 @@ import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import ImageBuildResult, JobHandle
 from gpuflow.platform.console import cloud_build_url
 from gpuflow.platform.gcp_service import GcpService
+from gpuflow.runs.naming import ResourceNames
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from google.cloud.devtools import cloudbuild_v1
 
-    from gpuflow.quota import ComputeClients
+    from gpuflow.gpus.quota import ComputeClients
 
 
 class GcpClients:
@@ -124,7 +124,7 @@ class GcpClients:
     def _compute(self) -> ComputeClients:
         """Compute Engine's three clients and Cloud Quotas', made once (one credentials lookup) for the quota and
         region reads."""
-        from gpuflow.quota import compute_clients
+        from gpuflow.gpus.quota import compute_clients
 
         return compute_clients(self.conn_id)
 

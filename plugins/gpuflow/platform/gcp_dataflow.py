@@ -14,7 +14,7 @@ apache-airflow-providers-google 22.8.0), run to completion here.
 
 Because step 1 is Beam's own code, the request can be read back and checked offline (tests do, on the
 GCS emulator), and the launch command can be printed for a person to run (`gpuflow launch-command`). Every launch
-reads the request back and checks it against Dataflow's documented constraints (``gpuflow.dataflow_constraints``)
+reads the request back and checks it against Dataflow's documented constraints (``gpuflow.dataflow.constraints``)
 right before it is sent.
 """
 
@@ -26,14 +26,9 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.config_loading import beam_jobs_dir
-from gpuflow.containers import image_cuda
-from gpuflow.dataflow_constraints import enforce
-from gpuflow.dataflow_request import DataflowRequest, from_flex_launch, from_staged_job, with_template_launch
-from gpuflow.naming import ResourceNames
-from gpuflow.platform.base import JobHandle
-from gpuflow.platform.console import dataflow_job_url
-from gpuflow.platform.dataflow_options import (
+from gpuflow.configuration.loading import beam_jobs_dir
+from gpuflow.dataflow.constraints import enforce
+from gpuflow.dataflow.options import (
     flex_launch,
     job_name_for,
     runtime_environment,
@@ -41,8 +36,13 @@ from gpuflow.platform.dataflow_options import (
     staging_variables,
     template_uri_for,
 )
-from gpuflow.platform.dataflow_watch import TERMINAL_STATES
+from gpuflow.dataflow.request import DataflowRequest, from_flex_launch, from_staged_job, with_template_launch
+from gpuflow.dataflow.watch import TERMINAL_STATES
+from gpuflow.images.containers import image_cuda
+from gpuflow.platform.base import JobHandle
+from gpuflow.platform.console import dataflow_job_url
 from gpuflow.platform.gcp_service import GcpService
+from gpuflow.runs.naming import ResourceNames
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook, DataflowHook
@@ -272,7 +272,7 @@ class DataflowJobs(GcpService):
     def _active_jobs(self, name_prefixes: tuple[str, ...]) -> list[JobHandle]:
         from google.cloud import dataflow_v1beta3
 
-        from gpuflow.quota import quota_regions
+        from gpuflow.gpus.quota import quota_regions
 
         async def active(region: str) -> list[Any]:
             pager = await self._async_hook().list_jobs(jobs_filter=dataflow_v1beta3.ListJobsRequest.Filter.ACTIVE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.config import GpuflowConfig
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform.gcp_clients import GcpClients
 
 if TYPE_CHECKING:

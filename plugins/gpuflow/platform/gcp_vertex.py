@@ -6,13 +6,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from gpuflow import catalog
-from gpuflow.config_loading import beam_jobs_dir
-from gpuflow.containers import EXPORT_LOCK
-from gpuflow.image_locks import lock_path
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.loading import beam_jobs_dir
+from gpuflow.images.containers import EXPORT_LOCK
+from gpuflow.images.locks import lock_path
 from gpuflow.platform.base import JobHandle
 from gpuflow.platform.console import vertex_custom_job_url
 from gpuflow.platform.gcp_service import GcpService
+from gpuflow.runs.naming import ResourceNames
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook

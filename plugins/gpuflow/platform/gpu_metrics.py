@@ -19,7 +19,7 @@ def metric_requests(project: str, metrics: dict[str, str], job_id: str, started:
     """One ListTimeSeriesRequest per reading (``metrics``: label -> metric type) over [started, ended]."""
     from google.cloud import monitoring_v3
 
-    from gpuflow.platform.dataflow_options import gpu_metric_filter
+    from gpuflow.dataflow.options import gpu_metric_filter
 
     interval = monitoring_v3.TimeInterval(start_time={"seconds": int(started)}, end_time={"seconds": int(ended) + 1})
     return {label: monitoring_v3.ListTimeSeriesRequest(

@@ -9,17 +9,17 @@ import sys
 import time
 from pathlib import Path
 
-from gpuflow.config import DEMO_MODELS
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import DEMO_MODELS
 from gpuflow.platform.base import ImageBuildResult
 from gpuflow.platform.local_service import LocalService
 from gpuflow.platform.processes import run_logged
+from gpuflow.runs.naming import ResourceNames
 
 
 class LocalExport(LocalService):
     def demo_model_dir(self, name: str = "gpuflow-demo") -> Path:
         """An offline demo model (``DEMO_MODELS``), built once per state_dir (it is deterministic)."""
-        from gpuflow.demo_model import write_demo_model
+        from gpuflow.platform.demo_model import write_demo_model
 
         directory = self.state_dir / name.replace("gpuflow-demo", "demo-model")
         if not (directory / "config.json").exists():

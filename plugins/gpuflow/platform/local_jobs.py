@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuflow.emulators import stop_process_group
-from gpuflow.naming import ResourceNames
 from gpuflow.platform.base import JobHandle
+from gpuflow.platform.emulators import stop_process_group
 from gpuflow.platform.local_service import LocalService
 from gpuflow.platform.processes import (
     LABELS_VARIABLE,
@@ -20,6 +19,7 @@ from gpuflow.platform.processes import (
     pid_handles,
     spawn_logged,
 )
+from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class LocalProcesses(LocalService):
 
     def request_stop(self, handle: JobHandle, drain: bool | None = None) -> bool:
         """A local pipeline process cannot drain: it stops at once. (A persistent deployment's replacement reads a
-        subscription of its own, so the old process's prompts are answered by the new one too: gpuflow.naming.)"""
+        subscription of its own, so the old process's prompts are answered by the new one too: gpuflow.runs.naming.)"""
         return self.stop_pipeline(handle)
 
     def job_running(self, handle: JobHandle) -> bool:
@@ -78,7 +78,7 @@ class LocalProcesses(LocalService):
 
     def update_pipeline(self, argv: list[str], names: ResourceNames, image: str, job_name: str,
                         transform_name_mapping: dict[str, str]) -> JobHandle:
-        raise NotImplementedError("the local DirectRunner cannot update a job in place; gpuflow.rollout plans a "
+        raise NotImplementedError("the local DirectRunner cannot update a job in place; gpuflow.runs.rollout plans a "
                                   "replacement on the local profile")
 
     def stop_pipeline(self, handle: JobHandle) -> bool:

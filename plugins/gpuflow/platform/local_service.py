@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.config_loading import beam_jobs_dir
-from gpuflow.emulators import LOCAL_CONN_ID, emulator_env, emulator_environment
+from gpuflow.configuration.loading import beam_jobs_dir
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_env, emulator_environment
 
 
 class LocalService:

@@ -13,10 +13,10 @@ import subprocess
 import tempfile
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.dataflow_request import DataflowRequest, from_staged_job, with_template_launch
-from gpuflow.naming import ResourceNames
-from gpuflow.platform.dataflow_options import runtime_environment, staging_command, template_uri_for
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.dataflow.options import runtime_environment, staging_command, template_uri_for
+from gpuflow.dataflow.request import DataflowRequest, from_staged_job, with_template_launch
+from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def stage_offline(config: GpuflowConfig, names: ResourceNames, script: str, argv
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from gpuflow.emulators import running_emulators
+    from gpuflow.platform.emulators import running_emulators
 
     with tempfile.TemporaryDirectory(prefix="gpuflow-check-") as scratch, running_emulators(config, scratch) as env:
         client = storage.Client(project=config.project, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuflow.emulators import process_alive, stop_process_group
 from gpuflow.platform.base import JobHandle
+from gpuflow.platform.emulators import process_alive, stop_process_group
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Where a deployment's state and a run's ownership are written down, so that the next run, the teardown and the
 janitor find them:
 
-* the deployment record (``gpuflow.rollout.DeploymentRecord``): a local file on the local profile (written to a
+* the deployment record (``gpuflow.runs.rollout.DeploymentRecord``): a local file on the local profile (written to a
   temporary name, then renamed over the old one), an object in the bucket on gcp (one upload replaces an object
   whole; with a generation precondition, so that two writers cannot overwrite each other unseen);
 * model version pointers, in the deployment's model folder that the job watches;
@@ -18,10 +18,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.batch_paths import split_gcs_uri
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import DEPLOYMENTS_FOLDER, ResourceNames, deployment_folder, pointer_folder, resource_names
-from gpuflow.rollout import DeploymentRecord, pointer_name
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.runs.batch_paths import split_gcs_uri
+from gpuflow.runs.naming import DEPLOYMENTS_FOLDER, ResourceNames, deployment_folder, pointer_folder, resource_names
+from gpuflow.runs.rollout import DeploymentRecord, pointer_name
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 from gpuflow.catalog import AccessNeed, access_needs, access_table
-from gpuflow.config import GpuflowConfig
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform.access_facts import AccessProbe, AccessUnknown, EffectivePolicy, describe_policy
 from gpuflow.preflight.findings import Finding, error, info, unknown, warning
 

@@ -13,7 +13,7 @@ from gpuflow.preflight.findings import Finding, error, unknown
 
 
 def composer_findings(facts: dict[str, Any]) -> Iterator[Finding]:
-    from gpuflow.composer import image_too_old
+    from gpuflow.composer.contents import image_too_old
 
     if facts.get("problem"):
         yield unknown("composer", f"could not read this Composer environment ({facts['problem']})",

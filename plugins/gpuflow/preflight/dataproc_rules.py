@@ -1,6 +1,6 @@
 """Preflight's Dataproc Serverless rules: seed 004's limits (guide 004), each with its fix, before a batch is created.
 
-The numbers (cores, disk, memory per accelerator) live with the batch they shape, in ``gpuflow.dataproc``.
+The numbers (cores, disk, memory per accelerator) live with the batch they shape, in ``gpuflow.dataproc.serverless``.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuflow.catalog import version_tuple
-from gpuflow.config import DataprocConfig, GpuflowConfig
-from gpuflow.dataproc import (
+from gpuflow.configuration.model import DataprocConfig, GpuflowConfig
+from gpuflow.dataproc.serverless import (
     A100_CORES,
     ACCELERATOR_PROPERTY,
     L4_CORES,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuflow import catalog
-from gpuflow.config import DEMO_MODELS, GpuflowConfig
-from gpuflow.gpu_options import kv_cache_gb, model_parameters_m
+from gpuflow.configuration.model import DEMO_MODELS, GpuflowConfig
+from gpuflow.dataflow.gpu_options import kv_cache_gb, model_parameters_m
 from gpuflow.preflight.findings import Finding, error
 
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from importlib import metadata
 
-from gpuflow.config import GpuflowConfig
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.preflight.findings import Finding, error, info
 
 
@@ -107,7 +107,7 @@ def _in_a_task() -> bool:
 
 
 def emulators_answer(config: GpuflowConfig) -> Iterator[Finding]:
-    from gpuflow.emulators import pubsub_answers, storage_answers
+    from gpuflow.platform.emulators import pubsub_answers, storage_answers
 
     if not pubsub_answers(config):
         yield error(

@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable, Iterator
 
 from gpuflow import catalog
-from gpuflow.config import GpuflowConfig
-from gpuflow.gpu_options import (
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.dataflow.gpu_options import (
     PREFIX,
     AcceleratorOptionError,
     model_parameters_m,

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterator
 
 from gpuflow import catalog
-from gpuflow.config import GpuflowConfig
-from gpuflow.containers import (
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.images.containers import (
     EXPORT_LOCK,
     flex_launcher_problem,
     lock_target_problems,
@@ -21,7 +21,7 @@ from gpuflow.containers import (
     recipe_metadata,
     recipe_names,
 )
-from gpuflow.image_locks import LockError, lock_problems, read_lock, transformers_problems
+from gpuflow.images.locks import LockError, lock_problems, read_lock, transformers_problems
 from gpuflow.preflight.findings import Finding, error, info, warning
 
 #: guide 000, "Install the GPU drivers": the driver's version depends on the Container-Optimized OS version Dataflow

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuflow import catalog
-from gpuflow.config import GpuflowConfig
-from gpuflow.gpu_options import (
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.dataflow.gpu_options import (
     PREFIX,
     effective_dtype,
     effective_sharing,

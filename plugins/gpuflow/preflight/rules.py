@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
+from gpuflow.configuration.model import DEMO_MODEL_NAME, DEMO_MODELS, GpuflowConfig
 from gpuflow.platform.access_facts import AccessProbe
 from gpuflow.preflight.access_rules import access_findings
 from gpuflow.preflight.composer_rules import composer_findings

@@ -1,6 +1,6 @@
 """The batch run's own steps: find the interval's input, and publish what the job staged, once its counts add up.
 
-Idempotent per logical date: the job writes into the run's staging folders (``gpuflow.batch_paths``), and
+Idempotent per logical date: the job writes into the run's staging folders (``gpuflow.runs.batch_paths``), and
 ``publish_outputs`` replaces the date's folders whole, only after the job succeeded and every input line is found
 answered or dead-lettered. The answers folder's ``_SUCCESS`` is removed first and written last, so a reader that
 waits for it never sees a half-written or mixed folder.
@@ -12,10 +12,10 @@ import json
 import logging
 from typing import Any
 
-from gpuflow.batch_paths import SUCCESS_FILE, staging_folders
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform.files import BatchFiles
+from gpuflow.runs.batch_paths import SUCCESS_FILE, staging_folders
+from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform import JobFinder, JobHandle
-from gpuflow.rollout import DeploymentRecord
+from gpuflow.runs.naming import ResourceNames
+from gpuflow.runs.rollout import DeploymentRecord
 from gpuflow.steps.resources import delete_resources
 
 log = logging.getLogger(__name__)

@@ -7,11 +7,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.containers import check_dockerfile, context_digest, render_recipe
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.images.containers import check_dockerfile, context_digest, render_recipe
 from gpuflow.platform import ImageBackend
 from gpuflow.platform.base import ImageBuildResult
+from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 

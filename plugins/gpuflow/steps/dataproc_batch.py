@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.config import DataprocConfig, GpuflowConfig
+from gpuflow.configuration.model import DataprocConfig, GpuflowConfig
 from gpuflow.paths import project_path
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ def staged_main_file_uri(config: GpuflowConfig, prefix: str, lease: tuple[str, s
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
     if lease:
-        from gpuflow.naming import resource_names
         from gpuflow.platform.records import Records
+        from gpuflow.runs.naming import resource_names
 
         Records(config, config.gcp_conn_id).write_lease(resource_names(config, prefix), *lease)
     object_name = f"gpuflow/{prefix}/spark_jobs/{main_file(config).name}"
@@ -113,7 +113,7 @@ def create_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str,
     a retry of this run finds the batch there already). The task then defers until the batch ends."""
     from google.api_core.exceptions import AlreadyExists
 
-    from gpuflow.dataproc import build_batch
+    from gpuflow.dataproc.serverless import build_batch
 
     batch = build_batch(config, staged_main_file_uri(config, prefix, lease), labels={"gpuflow-run": prefix})
     log.info("submitting Dataproc batch %s in %s with %s", batch_id, config.region, dict(batch.runtime_config.properties))
@@ -128,7 +128,7 @@ def create_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str,
 
 def finished_gcp_batch(config: GpuflowConfig, batch_id: str, state: str, state_message: str) -> dict[str, Any]:
     """The ended batch's result from its driver output; a batch that did not succeed raises with cause and fix."""
-    from gpuflow.troubleshoot import classify
+    from gpuflow.gpus.troubleshoot import classify
 
     if state != "SUCCEEDED":
         diagnosis = classify(state_message or "")

@@ -1,5 +1,5 @@
 """A persistent deployment's rollout: plan it, roll the new version or job out, promote it or roll it back, and
-tear the deployment down. (The paths and their reasons: ``gpuflow.rollout``.)"""
+tear the deployment down. (The paths and their reasons: ``gpuflow.runs.rollout``.)"""
 
 from __future__ import annotations
 
@@ -8,11 +8,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import DEPLOYMENT_LABEL, ResourceNames, deployment_folder, deployment_prefix, owned_by_deployment
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform import JobBackend, JobHandle
 from gpuflow.platform.records import Records
-from gpuflow.rollout import DeploymentRecord, RolloutPlan, job_options, plan_rollout
+from gpuflow.runs.naming import (
+    DEPLOYMENT_LABEL,
+    ResourceNames,
+    deployment_folder,
+    deployment_prefix,
+    owned_by_deployment,
+)
+from gpuflow.runs.rollout import DeploymentRecord, RolloutPlan, job_options, plan_rollout
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +180,7 @@ def rolled_back_update(current: DeploymentRecord, planned: DeploymentRecord) -> 
 
 def restored_config(config: GpuflowConfig, record: DeploymentRecord) -> GpuflowConfig:
     """The configuration with the recorded job's options put back (an update's rollback)."""
-    from gpuflow.config_loading import load_config
+    from gpuflow.configuration.loading import load_config
 
     dumped = config.model_dump(mode="json")
     for key, value in record.options.items():

@@ -6,9 +6,9 @@ import json
 import logging
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform import ExportBackend
+from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 

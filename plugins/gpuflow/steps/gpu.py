@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
+from gpuflow.configuration.model import GpuflowConfig
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import DEPLOYMENTS_FOLDER, deployment_folder, deployment_prefix
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform import JobFinder
 from gpuflow.platform.records import DEPLOYMENT_MARK, Records
+from gpuflow.runs.naming import DEPLOYMENTS_FOLDER, deployment_folder, deployment_prefix
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.gpu_options import accelerator_hint, right_fitting
-from gpuflow.naming import ResourceNames
-from gpuflow.placements import Placement, fallback_configs, next_placement, worth_a_fallback
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.dataflow.gpu_options import accelerator_hint, right_fitting
 from gpuflow.platform import JobHandle
+from gpuflow.runs.naming import ResourceNames
+from gpuflow.steps.placements import Placement, fallback_configs, next_placement, worth_a_fallback
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
     publishes once the job has succeeded (``gpuflow.steps.batch``)."""
     project = config.project
     if batch:
-        from gpuflow.batch_paths import staging_folders
+        from gpuflow.runs.batch_paths import staging_folders
 
         answers, dead_letters = staging_folders(config, names.prefix)
         io = ["--input", config.batch.input, "--output", answers, "--dead-letter-output", dead_letters]
@@ -56,7 +56,7 @@ def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = Fal
         argv += ["--model-copies", str(config.gpu.model_copies)]
     argv += ["--model-version", names.model_version]
     if names.deployment and not batch:
-        from gpuflow.naming import pointer_folder
+        from gpuflow.runs.naming import pointer_folder
 
         # RunInference's automatic model refresh: the job switches to each new version pointer written there.
         argv += ["--model-refresh-folder", pointer_folder(config, names.deployment),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpuflow.config import GpuflowConfig
+from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform import GpuBackend
 from gpuflow.platform.local import LocalPlatform
 
@@ -29,7 +29,7 @@ def check_quota(config: GpuflowConfig, platform: GpuBackend) -> dict[str, Any]:
             log.warning("no GPU on this machine (%s); the local profile runs inference on CPU",
                         capacity.get("note", "nvidia-smi lists none"))
         return capacity
-    from gpuflow.quota import QuotaReading, format_quota
+    from gpuflow.gpus.quota import QuotaReading, format_quota
 
     readings = [QuotaReading(**{key: reading[key] for key in QuotaReading.__dataclass_fields__})
                 for reading in capacity["readings"]]

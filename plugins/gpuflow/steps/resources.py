@@ -9,9 +9,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuflow.batch_paths import split_gcs_uri
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.runs.batch_paths import split_gcs_uri
+from gpuflow.runs.naming import ResourceNames
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpuflow.config import GpuflowConfig
-from gpuflow.naming import ResourceNames
+from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 

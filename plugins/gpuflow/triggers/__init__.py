@@ -10,7 +10,8 @@ A task starts its job, pushes the handle, then defers to the trigger for the job
 Each cancels its job when a user kills the deferred task: the 3.3 triggerer calls ``on_kill``, and on 3.1 the
 trigger calls it itself once Airflow says the task has left deferral (``gpuflow.triggers.kill``). A job that a dead
 triggerer left running is stopped by the run's cleanup, which finds the run's jobs by name prefix.
-Importing this package is cheap: the trigger modules are imported by ``job_trigger`` when a task defers.
+Importing this package is cheap: the trigger modules are imported by ``job_trigger`` when a task defers. An operator
+with ``deferrable=False`` waits for the same trigger in its worker (``first_event``).
 """
 
 from __future__ import annotations
@@ -18,33 +19,57 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuflow.config import GpuflowConfig
+    from gpuflow.configuration.model import GpuflowConfig
     from gpuflow.platform import JobHandle
 
 
-def job_trigger(config: GpuflowConfig, handle: JobHandle, until: str, timeout_s: float) -> Any:
-    """The trigger that waits until the job of ``handle`` reaches ``until`` (running, done or stopped)."""
-    poll_s = config.dataflow.poll_interval_s
+def job_trigger(config: GpuflowConfig, handle: JobHandle, until: str, timeout_s: float,
+                poll_interval_s: float | None = None, cancel_on_kill: bool = True) -> Any:
+    """The trigger that waits until the job of ``handle`` reaches ``until`` (running, done or stopped), polling every
+    ``poll_interval_s`` (None: ``dataflow.poll_interval_s``; the local process's own half second), and stopping the
+    job when its task is killed unless ``cancel_on_kill`` is False."""
+    poll_s = poll_interval_s if poll_interval_s is not None else config.dataflow.poll_interval_s
     if handle.kind == "local-process":
         from gpuflow.triggers.local import LocalProcessTrigger
 
-        return LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until=until, timeout_s=timeout_s)
+        local_poll = {"poll_interval_s": poll_interval_s} if poll_interval_s is not None else {}
+        return LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until=until, timeout_s=timeout_s,
+                                   cancel_on_kill=cancel_on_kill, **local_poll)
     if handle.kind == "dataflow":
         from gpuflow.triggers.dataflow import DataflowJobStartTrigger
 
         return DataflowJobStartTrigger(project_id=config.project, location=handle.location, job_id=handle.id,
                                        until=until, timeout_s=timeout_s, gcp_conn_id=config.gcp_conn_id,
-                                       poll_interval_s=poll_s)
+                                       poll_interval_s=poll_s, cancel_on_kill=cancel_on_kill)
     if handle.kind == "vertex-custom-job":
         from gpuflow.triggers.cancelling import CancellingCustomJobTrigger
 
         return CancellingCustomJobTrigger(project_id=config.project, location=handle.location,
                                           custom_job_id=handle.name.rsplit("/", 1)[-1],
                                           gcp_conn_id=config.gcp_conn_id, poll_interval=max(1, round(poll_s)),
-                                          timeout_s=timeout_s)
+                                          timeout_s=timeout_s, cancel_on_kill=cancel_on_kill)
     if handle.kind == "cloud-build":
         from gpuflow.triggers.cancelling import CancellingCloudBuildTrigger
 
         return CancellingCloudBuildTrigger(id_=handle.id, project_id=config.project, location=handle.location,
-                                           gcp_conn_id=config.gcp_conn_id, poll_interval=poll_s, timeout_s=timeout_s)
+                                           gcp_conn_id=config.gcp_conn_id, poll_interval=poll_s, timeout_s=timeout_s,
+                                           cancel_on_kill=cancel_on_kill)
     raise ValueError(f"no trigger waits on a job of kind {handle.kind}")
+
+
+def first_event(trigger: Any, timeout_s: float) -> dict[str, Any]:
+    """The trigger's first event, waited for in this process as the triggerer would wait for it: for an operator
+    with ``deferrable=False``. Raises TimeoutError after ``timeout_s``."""
+    import asyncio
+
+    async def wait() -> dict[str, Any]:
+        events = trigger.run()
+        try:
+            event = await asyncio.wait_for(anext(events), timeout_s)
+        except StopAsyncIteration:
+            raise RuntimeError(f"{type(trigger).__name__} ended without an event") from None
+        finally:
+            await events.aclose()
+        return dict(event.payload)
+
+    return asyncio.run(wait())

@@ -28,22 +28,23 @@ except ImportError:
 
 
 class _TimeoutAndCancel:
-    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then on_kill() (the cancel); its event held
-    for ``settle_s`` (``gpuflow.triggers.settle``); on_kill() also called when the task is killed on a triggerer that
-    does not call it (``gpuflow.triggers.kill``). It adds both to the trigger's arguments and serializes under the
-    subclass's own classpath."""
+    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then cancel_job(); its event held for
+    ``settle_s`` (``gpuflow.triggers.settle``); on_kill() cancels the job unless ``cancel_on_kill`` is False, and is
+    also called when the task is killed on a triggerer that does not call it (``gpuflow.triggers.kill``). It adds
+    these to the trigger's arguments and serializes under the subclass's own classpath."""
 
     what: str  # the job, in the timeout's message
     timeout_status = "error"  # the status of the event that ends the wait at the timeout
 
-    def __init__(self, *, timeout_s: float, settle_s: float = SETTLE_S, **kwargs: Any):
+    def __init__(self, *, timeout_s: float, cancel_on_kill: bool = True, settle_s: float = SETTLE_S, **kwargs: Any):
         super().__init__(**kwargs)  # type: ignore[call-arg]
-        self.timeout_s, self.settle_s = timeout_s, settle_s
+        self.timeout_s, self.cancel_on_kill, self.settle_s = timeout_s, cancel_on_kill, settle_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         _, kwargs = super().serialize()  # type: ignore[misc]
         return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {**kwargs, "timeout_s": self.timeout_s, "settle_s": self.settle_s})
+                {**kwargs, "timeout_s": self.timeout_s, "cancel_on_kill": self.cancel_on_kill,
+                 "settle_s": self.settle_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async for event in stopping_job_when_killed(self, self._bounded()):
@@ -60,11 +61,21 @@ class _TimeoutAndCancel:
                 except StopAsyncIteration:
                     return
                 yield event
-        except TimeoutError:
-            await self.on_kill()  # type: ignore[attr-defined]
+        except TimeoutError:  # the wait's own bound: the job is cancelled whatever cancel_on_kill says
+            await self.cancel_job()
             yield TriggerEvent({"status": self.timeout_status, "message": self.timeout_message()})
         finally:
             await events.aclose()
+
+    async def on_kill(self) -> None:
+        """The task was killed while deferred: cancel its job, unless ``cancel_on_kill`` is False."""
+        if self.cancel_on_kill:
+            await self.cancel_job()
+        else:
+            self.log.info("task killed: cancel_on_kill is False, so %s goes on", self.what)  # type: ignore[attr-defined]
+
+    async def cancel_job(self) -> None:
+        raise NotImplementedError
 
     def timeout_message(self) -> str:
         return f"{self.what} did not finish within {self.timeout_s:.0f}s and was cancelled"
@@ -75,7 +86,7 @@ class CancellingCustomJobTrigger(_TimeoutAndCancel, CustomJobTrigger):
     def what(self) -> str:
         return f"Vertex AI custom job {self.custom_job_id}"
 
-    async def on_kill(self) -> None:
+    async def cancel_job(self) -> None:
         client = await self.async_hook.get_job_service_client(region=self.location)
         await client.cancel_custom_job(
             request={"name": client.custom_job_path(self.project_id, self.location, self.custom_job_id)})
@@ -87,7 +98,7 @@ class CancellingCloudBuildTrigger(_TimeoutAndCancel, CloudBuildCreateBuildTrigge
     def what(self) -> str:
         return f"Cloud Build {self.id_}"
 
-    async def on_kill(self) -> None:
+    async def cancel_job(self) -> None:
         from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
         from asgiref.sync import sync_to_async
 
@@ -103,7 +114,7 @@ class CancellingDataprocBatchTrigger(_TimeoutAndCancel, DataprocBatchTrigger):
     def what(self) -> str:
         return f"Dataproc batch {self.batch_id}"
 
-    async def on_kill(self) -> None:
+    async def cancel_job(self) -> None:
         from asgiref.sync import sync_to_async
 
         def cancel() -> None:

@@ -3,7 +3,7 @@
 Provider gap (apache-airflow-providers-google 22.8.0, and Composer's 22.2.0): its Dataflow triggers
 (``TemplateJobStartTrigger``, ``DataflowJobStatusTrigger``) wait for a job state. A GPU job is RUNNING long before a
 worker with a GPU exists, and stays RUNNING while Dataflow retries a zone with no free GPUs, so this trigger also
-reads the job's messages and autoscaling events (``gpuflow.platform.dataflow_watch``). 22.8.0's
+reads the job's messages and autoscaling events (``gpuflow.dataflow.watch``). 22.8.0's
 ``TemplateJobStartTrigger`` cancels its job on kill (``cancel_on_kill``), 22.2.0's does not; this one does on every
 line, in ``on_kill``. ``tests/unit/test_provider_gaps.py`` checks each of these against the installed provider.
 """
@@ -61,7 +61,7 @@ class DataflowJobStartTrigger(SettlingTrigger):
         return job.current_state, messages, events, job.type_
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
-        from gpuflow.platform.dataflow_watch import DataflowStartWatch
+        from gpuflow.dataflow.watch import DataflowStartWatch
 
         hook, watch = self._hook(), DataflowStartWatch(self.job_id, self.until)  # type: ignore[arg-type]
         started = time.monotonic()

@@ -23,18 +23,19 @@ def _log_tail(path: Path, lines: int = 30) -> str:
 
 
 class LocalProcessTrigger(SettlingTrigger):
-    def __init__(self, pid: int, log_path: str, until: str, timeout_s: float, poll_interval_s: float = 0.5, settle_s: float = SETTLE_S):
+    def __init__(self, pid: int, log_path: str, until: str, timeout_s: float, poll_interval_s: float = 0.5,
+                 cancel_on_kill: bool = True, settle_s: float = SETTLE_S):
         super().__init__(settle_s)
         self.pid, self.log_path, self.until = pid, log_path, until
-        self.timeout_s, self.poll_interval_s = timeout_s, poll_interval_s
+        self.timeout_s, self.poll_interval_s, self.cancel_on_kill = timeout_s, poll_interval_s, cancel_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return self._with_settle("gpuflow.triggers.local.LocalProcessTrigger", {
             "pid": self.pid, "log_path": self.log_path, "until": self.until, "timeout_s": self.timeout_s,
-            "poll_interval_s": self.poll_interval_s})
+            "poll_interval_s": self.poll_interval_s, "cancel_on_kill": self.cancel_on_kill})
 
     def _check(self) -> dict[str, Any] | None:
-        from gpuflow.emulators import process_alive
+        from gpuflow.platform.emulators import process_alive
         from gpuflow.platform.processes import PIPELINE_RUNNING_MARKER, exit_status
 
         path = Path(self.log_path)
@@ -71,10 +72,12 @@ class LocalProcessTrigger(SettlingTrigger):
 
     async def on_kill(self) -> None:
         """A user killed the deferred task: stop the process group (only if it still runs one of our scripts)."""
-        from gpuflow.emulators import stop_process_group
+        from gpuflow.platform.emulators import stop_process_group
         from gpuflow.platform.processes import is_gpuflow_process
 
-        if is_gpuflow_process(self.pid):
+        if not self.cancel_on_kill:
+            self.log.info("task killed: cancel_on_kill is False, so process group %d goes on", self.pid)
+        elif is_gpuflow_process(self.pid):
             await asyncio.to_thread(stop_process_group, self.pid)
             self.log.info("task killed: stopped process group %d", self.pid)
         else:  # the run's cleanup, which a killed task lets start at once, may have stopped it first

@@ -1,0 +1,1 @@
+"""The worker and export images: the recipes rendered and checked, and their locks."""

@@ -1,0 +1,221 @@
+"""What a run may choose. A run's conf (the trigger form, the REST API, ``dag.test(run_conf=…)``) is untrusted input.
+
+Airflow's security model trusts deployment managers and DAG authors, whose code runs on the workers, and not every
+authenticated user who may trigger a DAG
+(airflow.apache.org/docs/apache-airflow/stable/security/security_model.html). So a run may choose knobs (numbers,
+switches, choices, and names whose format gpuflow checks), never code, identity, files outside the project or what
+gets deleted. Everything else comes from the configuration file, which only those trusted people write
+(docs/security.md says who sets what).
+
+The rules run where a task reads the run's conf (``operators.base.config_from_params``: the preflight tasks), so a
+refused run has created nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from gpuflow.configuration.model import (
+    CONTROL_CHARACTERS,
+    DEMO_MODELS,
+    DEPLOYMENT_NAME,
+    REGION,
+    ZONE,
+    ConfigError,
+    GpuflowConfig,
+    has_dot_segment,
+)
+from gpuflow.paths import project_path, site_dir
+from gpuflow.runs.batch_paths import GPUFLOW_PREFIX
+
+#: The field types a run may set freely: a number or a switch changes how much, never what runs or what is deleted.
+KNOB_TYPES = {"integer", "number", "boolean", "null"}
+
+#: Keys a run may not set although their type would allow it, each with the reason.
+SITE_ONLY = {
+    "profile": "the profile goes with its configuration file",
+    "batch.schedule": "the schedule is read when the DAG is parsed",
+    "batch.catchup": "catchup is read when the DAG is parsed",
+}
+
+#: Why a free-text or structured key is the configuration file's alone; a key not listed is free text that no
+#: check keeps a knob.
+_WHY = {
+    "gcp_conn_id": "it picks the credentials every task uses",
+    "dataflow.service_account": "it picks the identity the jobs run as",
+    "project": "it picks the project the run creates and deletes things in",
+    "bucket": "it picks the bucket the run writes into and deletes from",
+    "dataproc.main_python_file": "it is the code the batch runs",
+    "dataproc.args": "they are the arguments of the code the batch runs",
+    "dataproc.properties": "Spark properties can load code",
+    "export.pip_packages": "they are code installed into the export job",
+    "export.container_image": "it is the code the export runs",
+    "dataflow.experiments": "experiments change what the Dataflow service runs",
+    "dataflow_service_options": "service options change what the Dataflow service runs",
+    "local.state_dir": "it is where local processes keep their files, and what cleanup deletes in",
+    "local.pubsub_emulator_host": "it says where the run sends its data",
+    "local.storage_emulator_host": "it says where the run sends its data",
+    "local.runner": "it picks the code that runs the pipeline",
+    **dict.fromkeys(("allowed.models", "allowed.images", "allowed.gcs_prefixes"), "it bounds what a run may pick"),
+}
+
+#: Names a run may set, each with the form it must have (Google's own rules are checked by the configuration model
+#: and preflight; these keep a name a name: no path, no spaces, no shell syntax).
+_NAME_FORMATS = {
+    "region": REGION.pattern,
+    "gpu.zone": ZONE.pattern,
+    "gpu.type": r"[a-z0-9][a-z0-9-]{0,62}",
+    "gpu.machine_type": r"[a-z0-9][a-z0-9-]{0,62}",
+    "worker.machine_type": r"[a-z0-9][a-z0-9-]{0,62}",
+    "export.machine_type": r"[a-z0-9][a-z0-9-]{0,62}",
+    "dataproc.runtime_version": r"[0-9]{1,2}\.[0-9]{1,2}",
+    "deployment.name": DEPLOYMENT_NAME.pattern,
+    # A Docker tag: docs.docker.com/reference/cli/docker/image/tag ("a tag name ... may contain lowercase and
+    # uppercase letters, digits, underscores, periods, and hyphens ... may not start with a period or a hyphen and
+    # may contain a maximum of 128 characters").
+    "container.flex_launcher_tag": r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
+}
+
+#: Folders a run may point somewhere, within bounds (``path_problem``).
+PATH_KEYS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
+
+def trusted_config_dirs() -> list[Path]:
+    return [project_path("configs").resolve(), site_dir().resolve()]
+
+
+def trusted_config_file(config_file: str | Path) -> Path:
+    """A configuration file a run names: a YAML file in configs/ or the deployment's site folder, else refused."""
+    path = Path(config_file)
+    resolved = (path if path.is_absolute() else project_path(str(path))).resolve()
+    folders = trusted_config_dirs()
+    if resolved.suffix not in (".yaml", ".yml") or not any(resolved.is_relative_to(root) for root in folders):
+        raise ConfigError(
+            f"config_file {str(config_file)!r} is not a YAML file in configs/ or the deployment's site folder "
+            f"({', '.join(map(str, folders))}): a run may read no other file. Fix: name a file there, e.g. "
+            "configs/gcp.example.yaml; to add one, ask whoever deploys gpuflow (deploy-composer --config installs "
+            "yours as site/gpuflow.yaml).")
+    return resolved
+
+
+def _field_types(dotted: str) -> tuple[set[str], bool] | None:
+    from gpuflow.runs.trigger_form import field_schema
+
+    schema = field_schema(dotted)
+    if schema is None:
+        return None
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    return set(kinds), "enum" in schema
+
+
+def refusal(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    """Why a run may not set ``dotted`` to ``value`` over the configuration file ``base``; None when it may."""
+    file_value = _value_of(base, dotted)
+    if value == file_value or value is None and file_value in (None, [], {}):
+        return None  # what the file says already: the form sends every field it shows
+    types = _field_types(dotted)
+    if types is None:
+        return None  # not a configuration key: the configuration model refuses it by name
+    kinds, choice = types
+    reason = SITE_ONLY.get(dotted) or _WHY.get(dotted)
+    checker = _CHECKS.get(dotted)
+    if reason is None and checker is None and not (choice or kinds <= KNOB_TYPES):
+        reason = "a run may set numbers, switches, choices and the names gpuflow checks, not free text"
+    if reason:
+        return (f"{dotted}: only the configuration file sets it ({reason}). Fix: leave it out of the run's conf; "
+                "to change it, change the configuration file, or name another file under configs/ or the site "
+                "folder as config_file (docs/security.md).")
+    return checker(dotted, value, base) if checker else None
+
+
+def _value_of(config: GpuflowConfig, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+    return node.model_dump(mode="json") if hasattr(node, "model_dump") else node
+
+
+def _name(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    if isinstance(value, str) and re.fullmatch(_NAME_FORMATS[dotted], value):
+        return None
+    return f"{dotted}: {_shown(value)} is not a valid name for it. Fix: use a name of the form {_NAME_FORMATS[dotted]}."
+
+
+def _model(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    allowed = [base.model.name, *DEMO_MODELS, *base.allowed.models]
+    if value in allowed:
+        return None
+    return (f"model.name: {_shown(value)} is not among the models this deployment allows ({', '.join(allowed)}). "
+            "Fix: pick one of them; to add one, list it under allowed.models in the configuration file.")
+
+
+def _image(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    if value in (None, "") or isinstance(value, str) and any(value.startswith(p) for p in base.allowed.images):
+        return None
+    return (f"container.image: {_shown(value)} does not start with an image prefix this deployment allows "
+            f"({', '.join(base.allowed.images) or 'none: runs build their image from the recipe'}). Fix: leave it "
+            "empty, or list its prefix under allowed.images in the configuration file.")
+
+
+def _recipe(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    from gpuflow.images.containers import recipe_names
+
+    if value in (None, "", *recipe_names()):
+        return None
+    return f"container.recipe: {_shown(value)} is no recipe in docker/. Fix: pick one of {', '.join(recipe_names())}."
+
+
+def _path(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    if value in (None, "") and dotted == "export.model_dir":
+        return None
+    problem = path_problem(str(value), base)
+    return f"{dotted}: {problem}" if problem else None
+
+
+def path_problem(path: str, base: GpuflowConfig) -> str | None:
+    """Why a run may not read or write ``path``: a gs:// path must lie in the bucket (not under gpuflow's own prefix) or
+    an allowed prefix; a local path (local profile) under local.state_dir; neither with a '.' or '..' segment."""
+    shown = _shown(path)
+    if has_dot_segment(path) or CONTROL_CHARACTERS.search(path):
+        return f"{shown} holds a '.' or '..' segment or a control character. Fix: write the folder's full path."
+    if path.startswith("gs://"):
+        buckets = [f"gs://{name}/" for name in {base.bucket, "{bucket}"} if name]
+        if any(path.startswith(bucket + GPUFLOW_PREFIX) for bucket in buckets):
+            return (f"{shown} lies under gpuflow's own prefix ({GPUFLOW_PREFIX}: run folders, deployments, leases). "
+                    "Fix: pick another folder of the bucket.")
+        if any(path.startswith(prefix) for prefix in [*buckets, *base.allowed.gcs_prefixes]):
+            return None
+        return (f"{shown} is outside the bucket and the prefixes this deployment allows "
+                f"({', '.join([*buckets, *base.allowed.gcs_prefixes]) or 'none'}). Fix: use a folder there, or list "
+                "its prefix under allowed.gcs_prefixes in the configuration file.")
+    state_dir = Path(base.local.state_dir).resolve()
+    local_workers = not base.traits.dataflow_workers  # the local runner reads and writes this machine's disk
+    if local_workers and Path(path).is_absolute() and Path(path).resolve().is_relative_to(state_dir):
+        return None
+    return (f"{shown} is not a gs:// path, nor (local profile) an absolute path under local.state_dir "
+            f"({state_dir}). Fix: use a folder there.")
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: quoted, control characters escaped, and short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_CHECKS = {
+    **dict.fromkeys(_NAME_FORMATS, _name),
+    **dict.fromkeys(PATH_KEYS, _path),
+    "model.name": _model,
+    "container.image": _image,
+    "container.recipe": _recipe,
+}
+
+
+def check_run_conf(sent: dict[str, Any], base: GpuflowConfig) -> None:
+    """Refuse, in one message naming every key, what a run's conf (``sent``: dotted key -> value) may not choose
+    over the configuration file ``base``."""
+    problems = [problem for dotted, value in sent.items() if (problem := refusal(dotted, value, base))]
+    if problems:
+        raise ConfigError("this run's conf asks for what only the configuration file may set:\n  "
+                          + "\n  ".join(problems))

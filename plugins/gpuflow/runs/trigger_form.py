@@ -1,0 +1,276 @@
+"""The DAGs' trigger form: the few fields people change per run first, then folded sections of typed fields.
+Each DAG file declares its own (a ``FormLayout``); this module knows no DAG.
+
+A person opening "Trigger" sees the values the run will use: every field is filled from the DAG's configuration
+file (or, for a key the file does not set, the model's default). Every field is a Param of its own, with the key's
+type, its choices and its bounds, so that the form (and the REST API, with a 400) refuses a bad value before a
+run starts. Keys nobody sets per run (topic names, poll intervals, list- and map-valued settings) are not in the
+form: they stay in the configuration file, whose path the form shows.
+
+What a run sends wins (``run_settings``), even a value equal to the file's; a key it does not send comes from the
+configuration file. The form sends every field it shows, so a run triggered from it uses those values, and the
+file gives the rest; a REST conf that names single keys (``{"model__max_new_tokens": 8}``), or ``config_file``
+alone, changes only those.
+
+The DAG files attach the form after their tasks (``attach_trigger_form``), so Airflow does not copy it into each
+task. Parsing a DAG file builds this form, so it reads YAML and the generated ``configuration/params_schema.json``
+only: no pydantic model, no provider, nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from airflow.sdk import Param
+
+from gpuflow.paths import default_config_file, resolve_config_path
+
+#: The Params' JSON schemas and defaults, generated from the pydantic model (`make generate`;
+#: a test keeps it current). Read from a file so that parsing a DAG never builds the pydantic schema.
+PARAMS_SCHEMA_FILE = Path(__file__).parents[1] / "configuration" / "params_schema.json"
+
+#: Airflow's unfolded section: Params without a section of their own land there.
+RUN_SECTION = "Run Parameters"
+SETTINGS_SECTION = "Configuration file"
+
+#: Each field's short label; its description names the config key.
+LABELS = {
+    "region": "Region",
+    "model.name": "Model",
+    "model.max_new_tokens": "Max new tokens",
+    "gpu.type": "GPU type",
+    "gpu.count": "GPUs per worker",
+    "gpu.machine_type": "Machine type",
+    "worker.max_num_workers": "Max workers",
+    "dataproc.accelerator": "GPU type",
+    "dataproc.executor_instances": "Executors",
+    "batch.input": "Input (JSONL glob)",
+    "batch.output": "Answers folder",
+    "deployment.mode": "Deployment mode",
+    "deployment.name": "Deployment name",
+    "janitor.dry_run": "Dry run (list, delete nothing)",
+    "model.architecture": "Architecture",
+    "model.dtype": "Inference dtype",
+    "model.chat_template": "Chat template",
+    "model.max_input_tokens": "Max input tokens",
+    "model.parameters_m": "Parameters (millions)",
+    "require_gpu": "Require a GPU",
+    "gpu.request": "How the GPU is asked for",
+    "gpu.sharing": "GPU sharing",
+    "gpu.model_copies": "Model copies",
+    "gpu.zone": "Zone (pin)",
+    "worker.machine_type": "CPU worker machine type",
+    "worker.disk_size_gb": "Worker disk (GB)",
+    "dataflow.stop_action": "Stop action",
+    "launch.mode": "Launch mode",
+    "container.recipe": "Recipe",
+    "container.image": "Image (prebuilt)",
+    "export.model_dir": "Model folder (kept)",
+    "export.machine_type": "Export machine type",
+    "inference.engine": "Engine",
+    "inference.max_batch_size": "Max batch size",
+    "inference.max_batch_duration_secs": "Max batch wait (s)",
+    "inference.group_by_length": "Group by length",
+    "smoke_test.num_prompts": "Prompts",
+    "smoke_test.timeout_s": "Answer timeout (s)",
+    "smoke_test.gpu_usage": "GPU usage check",
+    "dataproc.runtime_version": "Runtime version",
+    "dataproc.executor_cores": "Executor cores",
+    "dataproc.executor_memory": "Executor memory (MB)",
+    "dataproc.disk_size": "Disk (GB)",
+    "dataproc.xgboost": "XGBoost",
+    "deployment.rollout_timeout_s": "Rollout timeout (s)",
+    "batch.dead_letter_output": "Dead-letter folder",
+    "batch.missing_input": "When the input is missing",
+    "batch.input_wait_s": "Input wait (s)",
+    "batch.job_timeout_s": "Job timeout (s)",
+}
+
+
+class Section:
+    """A folded section of the form: the config keys a person sets per run, each its own typed field.
+
+    Plain classes, not NamedTuples or dataclasses: those generate code when the module is imported, at every
+    parse of a DAG file."""
+
+    __slots__ = ("title", "keys")
+
+    def __init__(self, title: str, keys: tuple[str, ...]):
+        self.title, self.keys = title, keys
+
+
+SECTIONS = {
+    section.title: section
+    for section in (
+        Section("Model", ("model.architecture", "model.dtype", "model.chat_template", "model.max_input_tokens",
+                          "model.parameters_m")),
+        Section("GPU", ("require_gpu", "gpu.request", "gpu.sharing", "gpu.model_copies", "gpu.zone")),
+        # The project's network and service account are set once, in the file, not per run.
+        Section("Dataflow workers", ("worker.machine_type", "worker.disk_size_gb", "worker.max_num_workers",
+                                     "dataflow.stop_action", "launch.mode")),
+        Section("Container", ("container.recipe", "container.image")),
+        Section("Export", ("export.model_dir", "export.machine_type")),
+        Section("Inference batching", ("inference.engine", "inference.max_batch_size",
+                                       "inference.max_batch_duration_secs", "inference.group_by_length")),
+        Section("Smoke test", ("smoke_test.num_prompts", "smoke_test.timeout_s", "smoke_test.gpu_usage")),
+        Section("Dataproc batch", ("dataproc.runtime_version", "dataproc.executor_cores", "dataproc.executor_memory",
+                                   "dataproc.disk_size", "dataproc.xgboost")),
+        Section("Deployment", ("deployment.rollout_timeout_s",)),
+        # batch.schedule and batch.catchup are the DAG's own, read when it is parsed: no run can change them.
+        Section("Batch", ("batch.dead_letter_output", "batch.missing_input", "batch.input_wait_s",
+                          "batch.job_timeout_s")),
+    )
+}
+
+
+class FormLayout:
+    """A DAG's form, declared in its DAG file: its configuration file, the fields set per run, its sections."""
+
+    __slots__ = ("config_file", "run_fields", "sections")
+
+    def __init__(self, config_file: str, run_fields: tuple[str, ...], sections: tuple[str, ...]):
+        # A deployment's own file (paths.SITE_CONFIG, written by deploy-composer --config) wins over the local default.
+        self.config_file = default_config_file(config_file)
+        self.run_fields, self.sections = run_fields, sections
+
+
+#: The attribute of a DAG that holds its FormLayout (``attach_trigger_form``): its tasks read the form there.
+FORM_ATTRIBUTE = "gpuflow_form"
+
+
+def dag_form(dag: Any) -> FormLayout | None:
+    """The form a DAG file attached to its DAG; None for a DAG of the user's own."""
+    return getattr(dag, FORM_ATTRIBUTE, None)
+
+
+@cache
+def _field_schemas() -> dict[str, dict[str, Any]]:
+    """Field schemas keyed by dotted config key."""
+    return {schema["key"]: schema for schema in json.loads(PARAMS_SCHEMA_FILE.read_text()).values()}
+
+
+def field_schema(dotted: str) -> dict[str, Any] | None:
+    """The generated JSON schema of one config key (its type, choices, bounds, default); None for an unknown key."""
+    return _field_schemas().get(dotted)
+
+
+_MISSING = object()
+#: libyaml's loader where PyYAML has it: the form reads YAML at every parse of a DAG file.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_YAML_LOADER)  # a safe loader, C or Python
+
+
+def _file_values(config_file: str) -> dict[str, Any]:
+    """The value of every known config key in the file, or its default where the file has none.
+
+    Read once per version of the file (its modification time): the form and the tasks' execution timeouts
+    both read it while a DAG file is parsed."""
+    path = resolve_config_path(config_file)
+    return dict(_read_values(path, path.stat().st_mtime_ns))
+
+
+@cache
+def _read_values(path: Path, modified_ns: int) -> tuple[tuple[str, Any], ...]:
+    raw = _read_yaml(path.read_text()) or {}
+    values = {}
+    for dotted, schema in _field_schemas().items():
+        node: Any = raw
+        for part in dotted.split("."):
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        values[dotted] = schema["default"] if node is _MISSING else node
+    return tuple(values.items())
+
+
+def form_values(layout: FormLayout) -> dict[str, Any]:
+    """Every config key's value as the form shows it: its configuration file's, or the default."""
+    return _file_values(layout.config_file)
+
+
+#: The fields' schemas use draft-07 keywords only, and say so. jsonschema's validate() first checks a schema against
+#: the meta-schema its "$schema" names (validator_for; the newest draft, 2020-12, when none is named), and Airflow
+#: validates every Param of a scheduled DAG when its file is parsed: draft-07's check costs 0.18 ms a field here,
+#: 2020-12's 0.62 ms, which made the batch DAG's ~45 fields most of its parse time.
+SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
+
+
+#: The paths a run may name: no '.' or '..' segment and no control character, said in the schema, so that the form
+#: and the REST API (a 400) refuse them before a run exists; ``gpuflow.runs.run_policy`` checks the rest in preflight.
+PATH_PATTERN = r"^(?!(.*/)?\.\.?(/|$))[^\x00-\x1f\x7f]*$"
+PATH_FIELDS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
+
+
+def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
+    schema = _field_schemas()[dotted]
+    extra = {name: schema[name] for name in ("enum", "minimum", "maximum", "exclusiveMinimum") if name in schema}
+    if dotted in PATH_FIELDS:
+        extra["pattern"] = PATH_PATTERN
+    extra["$schema"] = SCHEMA_DIALECT
+    if section:
+        extra["section"] = section
+    return Param(value, type=schema["type"], title=LABELS.get(dotted, dotted),
+                 description=f"{dotted}: {schema['description']}", **extra)
+
+
+def dag_params(layout: FormLayout) -> dict[str, Param]:
+    """The trigger form of one DAG: per-run fields, then each section's typed fields, then the config file."""
+    values = form_values(layout)
+    params = {dotted.replace(".", "__"): _field_param(dotted, values[dotted]) for dotted in layout.run_fields}
+    for title in layout.sections:
+        for dotted in SECTIONS[title].keys:
+            if dotted not in layout.run_fields:
+                params[dotted.replace(".", "__")] = _field_param(dotted, values[dotted], section=title)
+    params["config_file"] = Param(
+        layout.config_file, type="string", title="Configuration file", section=SETTINGS_SECTION,
+        pattern=PATH_PATTERN, **{"$schema": SCHEMA_DIALECT},
+        description="The YAML file that gives every key this form does not show (docs/configuration.md lists them): "
+                    "one in configs/ or the deployment's site folder (docs/security.md). The fields this form sends "
+                    "win over it; to run with "
+                    "another file's values, trigger with a conf that names config_file alone (REST API, or "
+                    "`airflow dags trigger --conf`).",
+    )
+    return params
+
+
+def attach_trigger_form(dag: Any, layout: FormLayout) -> None:
+    """Give a DAG its trigger form once its tasks exist (and keep the layout on the DAG, where its tasks and
+    ``gpuflow.runs.task_timeouts`` read it).
+
+    Airflow deep-copies a DAG's Params into each task it creates (``get_merged_defaults``), which made
+    llm_streaming_inference parse at ~1.7x a one-task DAG even with 20 Params. Set afterwards, the Params
+    live on the DAG alone: the form, the trigger's validation (a 400 for a bad conf) and the tasks' context are
+    the same, since Airflow builds a task's params from the DAG's, the task's (now none) and the run's conf
+    (``process_params``). A scheduled DAG's Params are validated on assignment, as in the constructor.
+    """
+    dag.params = dag_params(layout)
+    setattr(dag, FORM_ATTRIBUTE, layout)
+
+
+def run_settings(layout: FormLayout | None, params: Mapping[str, Any],
+                 conf: Mapping[str, Any] | None) -> tuple[str | None, dict[str, Any], list[str]]:
+    """What a run asks for: (config file, the Params it sends, ``key=`` lines for the keys it clears).
+
+    What the run sends (its conf) wins, even a value equal to the file's; every other key comes from the
+    configuration file. The values are the Params' (validated against the form), the keys the conf's.
+    A DAG of the user's own (no layout) counts every Param that is not empty.
+    """
+    if layout is None:
+        sent = {key: value for key, value in params.items() if value not in (None, "")}
+        return sent.pop("config_file", None), sent, []
+    sent = {key: params.get(key, value) for key, value in (conf or {}).items()}
+    config_file = sent.pop("config_file", None) or layout.config_file
+    changed: dict[str, Any] = {}
+    lines: list[str] = []
+    for key, value in sent.items():
+        if value is None:  # clears a key the file sets: as a line it reaches the model as None
+            lines.append(f"{key.replace('__', '.')}=")
+        else:
+            changed[key] = value
+    return config_file, changed, lines
