@@ -38,7 +38,7 @@ class BoundedGcsBlobTrigger(_TimeoutAndCancel, GCSBlobTrigger):
     def timeout_message(self) -> str:
         return _no_input_message(self.what, self.timeout_s)
 
-    async def on_kill(self) -> None:
+    async def cancel_job(self) -> None:
         """Nothing runs on the input's behalf: there is nothing to cancel."""
 
 
