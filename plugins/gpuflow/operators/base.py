@@ -250,8 +250,12 @@ class GpuflowStepOperator(BaseOperator):
 
     def defer_with(self, context: Any, trigger: Any, timeout_s: float, **carry: Any) -> None:
         """Defer to ``trigger``; ``execute_complete_step`` gets its event and ``carry`` (kept in the task's XCom)."""
-
         context["ti"].xcom_push(key=RESUME_KEY, value=carry)
+        self.defer_or_wait(trigger, timeout_s)
+
+    def defer_or_wait(self, trigger: Any, timeout_s: float) -> None:
+        """Defer to ``trigger`` (or, ``deferrable=False``, wait for it in ``waiting_in_worker``); Airflow then calls
+        ``execute_complete`` with its event."""
         # Two bounds on a deferred wait, each with its own job (Airflow 3.3.2):
         # - the trigger's own timeout (``timeout_s``) ends the wait with the reason, and cancels the job it waited
         #   on: when Airflow's trigger timeout fires instead, the triggerer cancels the trigger "without calling

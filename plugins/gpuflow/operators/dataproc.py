@@ -11,7 +11,6 @@ from gpuflow.operators.airflow_names import AirflowFailException
 from gpuflow.operators.base import (
     GpuflowStepOperator,
     config_from_params,
-    deferral_timeout,
     names_for,
     validated_config,
 )
@@ -61,6 +60,9 @@ class DataprocBatchOperator(GpuflowStepOperator):
     _operation_name = None
 
     def execute(self, context: Any) -> Any:
+        return self.waiting_in_worker(context, lambda: self._run_batch(context))
+
+    def _run_batch(self, context: Any) -> Any:
         from gpuflow.configuration.loading import config_from_json
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.platform.console import dataproc_batch_url
@@ -80,13 +82,10 @@ class DataprocBatchOperator(GpuflowStepOperator):
         log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, config.dataproc.timeout_s)
         trigger = CancellingDataprocBatchTrigger(
             batch_id=batch_id, project_id=config.project, region=config.region, gcp_conn_id=config.gcp_conn_id,
-            polling_interval_seconds=self.poll_interval or config.dataproc.poll_interval_s,
+            polling_interval_seconds=self.poll_interval if self.poll_interval is not None
+            else config.dataproc.poll_interval_s,
             timeout_s=config.dataproc.timeout_s, cancel_on_kill=self.cancel_on_kill)
-        # Its two bounds, as GpuflowStepOperator.defer_with sets them.
-        timeout = deferral_timeout(config.dataproc.timeout_s)
-        if not self.deferrable:
-            return self.execute_complete(context, self.wait_for_event(trigger, timeout.total_seconds()))
-        self.defer(method_name="execute_complete", trigger=trigger, timeout=timeout)
+        self.defer_or_wait(trigger, config.dataproc.timeout_s)  # execute_complete gets its event
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         from gpuflow.configuration.loading import config_from_json
@@ -122,6 +121,9 @@ class DataprocCleanupOperator(GpuflowStepOperator):
     ui_color = "#f8d7da"
 
     def execute(self, context: Any) -> Any:
+        return self.waiting_in_worker(context, lambda: self._run_batch(context))
+
+    def _run_batch(self, context: Any) -> Any:
         from gpuflow.configuration.loading import config_from_json
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.steps.dataproc_batch import delete_gcp_batch
