@@ -36,11 +36,13 @@ $(STAMP): $(RUNTIME_STAMP) requirements-dev.txt
 	$(BIN)/python -c "import airflow, apache_beam, torch, transformers, gpuflow"
 	touch $(STAMP)
 
-# The streaming LLM DAG on the local profile, with `airflow dags test` on a fresh SQLite Airflow home.
+# The streaming LLM DAG on the local profile, with `airflow dags test` on a fresh SQLite Airflow home. It runs the
+# triggers in line, with no scheduler to race, so nothing holds an event (GPUFLOW_TRIGGER_SETTLE_S=0:
+# gpuflow.triggers.settle).
 demo: venv ## the streaming LLM DAG on the local profile: prompts, answers and latency
 	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)/airflow
 	export AIRFLOW_HOME=$(DEMO_HOME)/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	  AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False; \
+	  AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False GPUFLOW_TRIGGER_SETTLE_S=0; \
 	$(BIN)/airflow db migrate > $(DEMO_HOME)/db-migrate.log 2>&1; \
 	$(BIN)/gpuflow emulators run -- $(BIN)/airflow dags test llm_streaming_inference 2>&1 | tee $(DEMO_HOME)/dags-test.log; \
 	$(BIN)/python -m gpuflow.tools.demo_report $(DEMO_HOME)/dags-test.log
@@ -140,6 +142,7 @@ bench: venv ## the benchmarks, run by hand: ratios measured side by side
 	$(BIN)/gpuflow emulators run -- $(BIN)/python benchmarks/inference_throughput.py
 	$(BIN)/python benchmarks/model_load.py
 	$(BIN)/python benchmarks/dag_parse.py
+	$(BIN)/python benchmarks/defer_race.py
 
 # Copy dags/, plugins/ and data/ (beam_jobs, configs, docker, spark_jobs) into a Cloud Composer environment, add
 # the PyPI packages it lacks (keeping every one it has), create the gpuflow_gpu pool, and (CONFIG=) install your

@@ -36,6 +36,8 @@ class LiveAirflow:
     port: int = field(default_factory=free_port)
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    dags_folder: Path = ROOT / "dags"
+    extra_env: dict[str, str] = field(default_factory=dict)  # for every process, after Airflow's own settings
 
     @property
     def url(self) -> str:
@@ -45,7 +47,7 @@ class LiveAirflow:
         return {
             **{key: value for key, value in os.environ.items() if key != "GPUFLOW_TRIGGER_SETTLE_S"},
             "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -60,6 +62,7 @@ class LiveAirflow:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            **self.extra_env,
         }
 
     def start(self, timeout_s: float = 180) -> None:

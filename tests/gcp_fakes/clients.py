@@ -27,8 +27,10 @@ DATAFLOW_REQUESTS = {"get_job": dataflow_v1beta3.GetJobRequest, "update_job": da
                      "list_job_messages": dataflow_v1beta3.ListJobMessagesRequest}
 VERTEX_REQUESTS = {"create_custom_job": aiplatform_v1.CreateCustomJobRequest,
                    "get_custom_job": aiplatform_v1.GetCustomJobRequest,
+                   "list_custom_jobs": aiplatform_v1.ListCustomJobsRequest,
                    "cancel_custom_job": aiplatform_v1.CancelCustomJobRequest}
 CLOUD_BUILD_REQUESTS = {"create_build": cloudbuild_v1.CreateBuildRequest, "get_build": cloudbuild_v1.GetBuildRequest,
+                        "list_builds": cloudbuild_v1.ListBuildsRequest,
                         "cancel_build": cloudbuild_v1.CancelBuildRequest,
                         "get_default_service_account": cloudbuild_v1.GetDefaultServiceAccountRequest}
 

@@ -42,6 +42,16 @@ class FakeCloudBuild:
         return cloudbuild_v1.Build(id=request.id, status=state, status_detail=self.fail_with,
                                    log_url="https://console.cloud.google.com/cloud-build/builds/b7e1c0de")
 
+    def list_builds(self, request):
+        """The builds created under the request's parent (one page, newest first), each in its status now."""
+        assert isinstance(request, cloudbuild_v1.ListBuildsRequest) and not request.filter
+        self.requests.append(("list_builds", request))
+        created = [r for n, r in self.requests if n == "create_build" and r.parent == request.parent]
+        status = self.statuses[0] if created else None
+        return cloudbuild_v1.ListBuildsResponse(builds=[
+            cloudbuild_v1.Build(id="b7e1c0de", tags=create.build.tags, images=create.build.images, status=status)
+            for create in reversed(created)][:request.page_size or None])
+
     def get_default_service_account(self, request):
         assert isinstance(request, cloudbuild_v1.GetDefaultServiceAccountRequest)
         found = re.fullmatch(r"projects/(?P<project>[^/]+)/locations/[a-z0-9-]+/defaultServiceAccount", request.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -25,6 +26,7 @@ class FakeVertex:
         self.running_polls = running_polls  # polls that answer RUNNING before the job ends
         self.requests: list[tuple[str, Any]] = []
         self.polls = 0
+        self.created: list[aiplatform_v1.CustomJob] = []  # as created, for list_custom_jobs
 
     def create_custom_job(self, request):
         assert isinstance(request, aiplatform_v1.CreateCustomJobRequest)
@@ -34,7 +36,22 @@ class FakeVertex:
         job = aiplatform_v1.CustomJob(request.custom_job)
         job.name = f"{request.parent}/customJobs/4411"
         job.state = aiplatform_v1.JobState.JOB_STATE_PENDING
+        self.created.append(job)
         return job
+
+    def list_custom_jobs(self, request):
+        """The jobs created under the request's parent that its filter names: ``display_name="..."``, the one form
+        of Vertex AI's list filter gpuflow sends (anything else fails the test). Each in its state now."""
+        assert isinstance(request, aiplatform_v1.ListCustomJobsRequest)
+        self.requests.append(("list_custom_jobs", request))
+        found = re.fullmatch(r'display_name="([^"]*)"', request.filter)
+        assert found, f"(fake) a filter this fake does not read: {request.filter!r}"
+        states = aiplatform_v1.JobState
+        state = states.JOB_STATE_RUNNING if self.polls < self.running_polls else \
+            states.JOB_STATE_FAILED if self.fail_with else states.JOB_STATE_SUCCEEDED
+        return [aiplatform_v1.CustomJob(name=job.name, display_name=job.display_name, labels=job.labels, state=state)
+                for job in self.created
+                if job.name.startswith(request.parent + "/") and job.display_name == found[1]]
 
     def _run(self, custom_job) -> None:
         (pool,) = custom_job.job_spec.worker_pool_specs

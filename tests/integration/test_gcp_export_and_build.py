@@ -39,6 +39,25 @@ def wait_for(config, job) -> dict:
     return first_event(job_trigger(config, JobHandle.model_validate(job), "done", 60))
 
 
+def test_a_retried_export_waits_on_the_custom_job_its_first_try_started(gcs, monkeypatch):
+    """export_model at a retry finds the earlier try's custom job by its name (Vertex AI's list filter) and label,
+    still running, and hands its handle back to wait on; once that job has failed, a try starts its own."""
+    fake = FakeGoogleCloud(vertex=FakeVertex(running_polls=3))  # the job runs on (nothing written yet)
+    config, names, platform = setup(fake, monkeypatch, "gf-export00003")
+    first = export_model(config, names, platform)
+    retry = export_model(config, names, platform)
+    assert retry["job"] == first["job"] and retry["skipped"] is False
+    def creates() -> int:
+        return [n for n, _ in fake.vertex.requests].count("create_custom_job")
+
+    assert creates() == 1
+    listed = [r for n, r in fake.vertex.requests if n == "list_custom_jobs"][-1]
+    assert (listed.parent, listed.filter) == (f"projects/{GCP_TEST_PROJECT}/locations/us-central1",
+                                              f'display_name="{names.prefix}-export"')
+    fake.vertex.fail_with, fake.vertex.polls = "OOMKilled", 3  # the job has failed since
+    assert export_model(config, names, platform)["job"] is not None and creates() == 2
+
+
 def test_export_runs_the_uploaded_script_once_then_skips_the_same_model(gcs, gcp_env, demo_model_dir, monkeypatch):
     fake = FakeGoogleCloud(vertex=FakeVertex(gcp_env, demo_model_dir))
     config, names, platform = setup(fake, monkeypatch, "gf-export00001")
@@ -84,3 +103,18 @@ def test_cloud_build_builds_the_rendered_context_once_per_content(gcs, tmp_path,
     again = build_container(config, resource_names(config, "gf-build000002"), platform, work_dir=tmp_path / "b")
     assert (again["image"], again["built"], again["job"]) == (started["image"], False, None)  # same tag: skipped
     assert len([r for n, r in fake.build.requests if n == "create_build"]) == 1
+
+
+def test_a_retried_build_waits_on_the_build_its_first_try_started(gcs, tmp_path, monkeypatch):
+    """build_container at a retry finds the earlier try's Cloud Build by the run's tag, still working, among the
+    region's newest builds; another run's build is not its own."""
+    fake = FakeGoogleCloud()
+    config, names, platform = setup(fake, monkeypatch, "gf-build000003")
+    started = build_container(config, names, platform, work_dir=tmp_path / "a")
+    retry = build_container(config, names, platform, work_dir=tmp_path / "b")
+    assert retry["job"] == started["job"] and retry["image"] == started["image"]
+    assert len([r for n, r in fake.build.requests if n == "create_build"]) == 1
+    listed = [r for n, r in fake.build.requests if n == "list_builds"][-1]
+    assert listed.parent == f"projects/{GCP_TEST_PROJECT}/locations/us-central1" and listed.page_size == 50
+    other = build_container(config, resource_names(config, "gf-build000004"), platform, work_dir=tmp_path / "c")
+    assert len([r for n, r in fake.build.requests if n == "create_build"]) == 2 and other["job"] is not None

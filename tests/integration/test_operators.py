@@ -96,3 +96,32 @@ def test_deferrable_false_waits_in_the_worker_and_cancel_on_kill_false_leaves_th
 
 def cleanup(config, names, platform):
     delete_run_resources(config, names, platform, [h.id for h in request_stops(names, platform, None)])
+
+
+def test_a_retried_gpu_check_waits_on_the_check_its_first_try_started(local_config, monkeypatch):
+    """verify_gpu at its second try (Airflow's defer-exit race, a lost worker) starts no second check: it defers on
+    the process the first try started, found by its pid file; once that check is stopped, a try starts its own."""
+    from gpuflow.operators.streaming import VerifyGpuOperator
+    from gpuflow.triggers import settle
+
+    monkeypatch.setattr(settle, "HOLD_S", 0.0)  # defer at once: the test reads the trigger
+    config = local_config.model_copy(update={"gpu": local_config.gpu.model_copy(update={"type": "nvidia-tesla-t4"})})
+    names = resource_names(config, "gf-retried-check")
+    platform = LocalPlatform(config)
+    operator = VerifyGpuOperator(task_id="verify_gpu", config_json=config.model_dump(mode="json"))
+
+    def deferred_on() -> int:
+        with platform.environment(), pytest.raises(TaskDeferred) as deferred:
+            operator.execute_step(config, names, platform, {"ti": RecordingTI()})
+        return deferred.value.trigger.pid
+
+    first = deferred_on()
+    try:
+        assert deferred_on() == first  # the retry waits on the first try's check
+        assert [handle.id for handle in platform.find_run_jobs(names)] == [str(first)]
+        platform.stop_pipeline(platform.find_gpu_check(names))
+        second = deferred_on()
+        assert second != first
+    finally:
+        for handle in platform.find_run_jobs(names):
+            platform.stop_pipeline(handle)

@@ -171,6 +171,19 @@ def test_an_export_that_outlasts_its_timeout_is_cancelled(cloud):
     assert cancel.name == vertex_handle().name
 
 
+def test_a_workers_short_wait_on_the_providers_trigger_ends_without_cancelling_the_job(cloud):
+    """The task's wait in its worker before deferring (gpuflow.triggers.settle) runs the provider trigger's own
+    wait (``events``): an export done in time gives its event; one still running is left to run when the short
+    wait ends, for the deferred trigger to wait on."""
+    from gpuflow.triggers import event_in_worker
+
+    assert event_in_worker(job_trigger(gcp_test_config(), vertex_handle(), "done", 30), 30)["status"] == "success"
+    cloud.vertex = FakeVertex(running_polls=10**6)
+    with pytest.raises(TimeoutError):
+        event_in_worker(job_trigger(gcp_test_config(), vertex_handle(), "done", 30), 0.5)
+    assert not [r for r in cloud.vertex.requests if r[0] == "cancel_custom_job"]
+
+
 def test_a_failed_build_ends_with_cloud_builds_detail_and_a_killed_one_is_cancelled(cloud):
     detail = 'Build step 0 "gcr.io/cloud-builders/docker" failed: step exited with non-zero status: 1'
     cloud.build = FakeCloudBuild(cloud.registry, fail_with=detail)

@@ -126,11 +126,12 @@ def event_succeeded(event: dict[str, Any] | None) -> bool:
 
 
 class WaitInWorker(Exception):
-    """``deferrable=False``: raised where the step would defer, so that ``execute`` waits for the trigger itself."""
+    """Raised where the step would defer, so that ``execute`` goes on in the worker: with the trigger's ``event``
+    when the job answered within the task's short wait, else (``deferrable=False``) after waiting for it."""
 
-    def __init__(self, trigger: Any, timeout_s: float):
+    def __init__(self, trigger: Any, timeout_s: float, event: dict[str, Any] | None = None):
         super().__init__(f"wait in the worker for {type(trigger).__name__}")
-        self.trigger, self.timeout_s = trigger, timeout_s
+        self.trigger, self.timeout_s, self.event = trigger, timeout_s, event
 
 
 class GpuflowStepOperator(BaseOperator):
@@ -184,18 +185,18 @@ class GpuflowStepOperator(BaseOperator):
             try:
                 return step()
             except WaitInWorker as wait:
-                step = functools.partial(self.execute_complete, context, self.wait_for_event(wait.trigger,
-                                                                                             wait.timeout_s))
+                event = wait.event if wait.event is not None else self.wait_for_event(wait.trigger, wait.timeout_s)
+                step = functools.partial(self.execute_complete, context, event)
 
     @staticmethod
     def wait_for_event(trigger: Any, timeout_s: float) -> dict[str, Any]:
         """``deferrable=False``: the trigger's event, waited for in this worker (``timeout_s``: Airflow's deferral
         timeout, the backstop above the trigger's own)."""
-        from gpuflow.triggers import first_event
+        from gpuflow.triggers import event_in_worker
 
         log.info("deferrable=False: waiting in the worker for %s (up to %.0fs)", type(trigger).__name__, timeout_s)
         try:
-            return first_event(trigger, timeout_s)
+            return event_in_worker(trigger, timeout_s)
         except TimeoutError:
             raise AirflowException(f"{type(trigger).__name__} gave no event within {timeout_s:.0f}s") from None
 
@@ -243,19 +244,28 @@ class GpuflowStepOperator(BaseOperator):
         from gpuflow.triggers import job_trigger
 
         seconds = timeout_s if timeout_s is not None else platform.job_timeout_s(until)
-        log.info("deferring until %s %s is %s (up to %.0fs)", handle.kind, handle.name, until, seconds)
+        # A job's start (a model that loads; on Dataflow, GPU workers and the image pull) takes longer than the
+        # worker's short wait: straight to the trigger. A job's end or stop may come within seconds.
+        wait_first = until != "running"
+        log.info("%s until %s %s is %s (up to %.0fs)", "waiting" if wait_first else "deferring", handle.kind,
+                 handle.name, until, seconds)
         trigger = job_trigger(config, handle, until, seconds, poll_interval_s=self.poll_interval,
                               cancel_on_kill=self.cancel_on_kill)
-        self.defer_with(context, trigger, seconds, handle=handle.to_xcom(), **carry)
+        self.defer_with(context, trigger, seconds, wait_first=wait_first, handle=handle.to_xcom(), **carry)
 
-    def defer_with(self, context: Any, trigger: Any, timeout_s: float, **carry: Any) -> None:
+    def defer_with(self, context: Any, trigger: Any, timeout_s: float, wait_first: bool = True, **carry: Any) -> None:
         """Defer to ``trigger``; ``execute_complete_step`` gets its event and ``carry`` (kept in the task's XCom)."""
         context["ti"].xcom_push(key=RESUME_KEY, value=carry)
-        self.defer_or_wait(trigger, timeout_s)
+        self.defer_or_wait(trigger, timeout_s, wait_first)
 
-    def defer_or_wait(self, trigger: Any, timeout_s: float) -> None:
+    def defer_or_wait(self, trigger: Any, timeout_s: float, wait_first: bool = True) -> None:
         """Defer to ``trigger`` (or, ``deferrable=False``, wait for it in ``waiting_in_worker``); Airflow then calls
-        ``execute_complete`` with its event."""
+        ``execute_complete`` with its event.
+
+        ``wait_first``: wait up to ``HOLD_S`` for the event in this worker first, and go on without deferring when it
+        comes: a job done within seconds (a GPU check, a stop) never defers, so it never meets Airflow's defer-exit
+        race (``gpuflow.triggers.settle``), whose window the trigger would hold its event through anyway. A wait that
+        cannot end that soon (a pipeline's start, the smoke test's answers) goes straight to the trigger."""
         # Two bounds on a deferred wait, each with its own job (Airflow 3.3.2):
         # - the trigger's own timeout (``timeout_s``) ends the wait with the reason, and cancels the job it waited
         #   on: when Airflow's trigger timeout fires instead, the triggerer cancels the trigger "without calling
@@ -267,7 +277,26 @@ class GpuflowStepOperator(BaseOperator):
         # (and the wait too, where the task waits in its worker: deferrable=False).
         if not self.deferrable:
             raise WaitInWorker(trigger, deferral_timeout(timeout_s).total_seconds())
+        event = self.event_within_hold(trigger) if wait_first else None
+        if event is not None:
+            raise WaitInWorker(trigger, 0, event=event)
         self.defer(trigger=trigger, method_name="execute_complete", timeout=deferral_timeout(timeout_s))
+
+    @staticmethod
+    def event_within_hold(trigger: Any) -> dict[str, Any] | None:
+        """The trigger's event if it comes within ``HOLD_S``, waited for in this worker; else None (then defer)."""
+        from gpuflow.triggers import event_in_worker
+        from gpuflow.triggers.settle import HOLD_S
+
+        if HOLD_S <= 0:
+            return None
+        try:
+            event = event_in_worker(trigger, HOLD_S)
+        except TimeoutError:
+            return None
+        log.info("%s answered within %.0fs: going on in this worker, without deferring", type(trigger).__name__,
+                 HOLD_S)
+        return event
 
     def execute_step(self, config, names, platform, context: Any) -> Any:
         raise NotImplementedError

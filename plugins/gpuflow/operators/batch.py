@@ -107,8 +107,10 @@ class BatchSetupOperator(SetupResourcesOperator):
 
 class RunBatchOperator(LaunchPipelineOperator):
     """Starts the batch job on the interval's input (with the streaming launch's fallbacks on an exhausted zone)
-    and waits, deferred, until it is done; it writes into the run's staging folders, which publish moves into place.
-    local: a pipeline process on the local runner; gcp: a batch Dataflow job."""
+    and waits until it is done: up to ``HOLD_S`` in its worker (a job done by then completes without deferring,
+    ``gpuflow.triggers.settle``), then deferred. It writes into the run's staging folders, which publish moves into
+    place. local: a pipeline process on the local runner; gcp: a batch Dataflow job. Not retried in gpuflow's DAGs
+    (``retries=0``), as the launch."""
 
     execution_timeout_from = "batch_job"  # its execution_timeout: gpuflow.runs.task_timeouts
 

@@ -140,8 +140,9 @@ class ExportModelOperator(GpuflowStepOperator):
 
     local: beam_jobs/download_model.py runs in the task, from the offline demo model or a local checkpoint (it waits
     for it there). gcp: a Vertex AI custom job runs it; the task waits for the job to end, deferred (up to
-    ``export.timeout_s``).
-    ``on_kill`` (and the trigger's, while deferred) cancels the job.
+    ``export.timeout_s``; the first ``HOLD_S`` in its worker, ``gpuflow.triggers.settle``).
+    ``on_kill`` (and the trigger's, while deferred) cancels the job. A retry starts no second custom job: it waits on
+    the one an earlier try started while that still runs, found by its name and ``gpuflow-run`` label.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     """
@@ -184,7 +185,8 @@ class BuildContainerOperator(GpuflowStepOperator):
     local: ``docker build`` where a Docker engine answers, else the task reports NOT BUILT and waits for nothing.
     gcp: nothing is built when Artifact Registry has the content's tag; otherwise Cloud Build is started and the
     task waits for it to end, deferred (up to ``container.build_timeout_s``). ``on_kill`` (and the trigger's, while
-    deferred) cancels the build.
+    deferred) cancels the build. A retry starts no second build: it waits on the one an earlier try started while
+    that still runs, found by the run's tag among the region's newest builds.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     """
@@ -220,8 +222,11 @@ class VerifyGpuOperator(GpuflowStepOperator):
     """Starts the GPU check job where the workers run, defers until it is done, then judges its report.
 
     gcp: a Dataflow batch job on the configured GPU workers and image; local: beam_jobs/gpu_check.py on the local
-    runner. Deferred, the triggerer waits for the job to finish (up to the profile's job timeout); a job killed with
-    the task is stopped. With ``require_gpu``, a report without a GPU fails the task.
+    runner. It waits up to ``HOLD_S`` in its worker, then deferred in the triggerer for the job to finish (up to the
+    profile's job timeout; ``gpuflow.triggers.settle``); a job killed with the task is stopped. With
+    ``require_gpu``, a report without a GPU fails the task. A retry starts no second check: it waits on the one an
+    earlier try started, found by the job's name (gcp: while it is active in Dataflow; local: its pid file, running
+    or ended well).
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     :param image: the worker image (a URI, or ``BuildContainerOperator``'s result); the local runner ignores it.
@@ -237,7 +242,12 @@ class VerifyGpuOperator(GpuflowStepOperator):
         if rollout is not None and rollout.path == "weights":
             log.info("only the weights change: the running job's workers were checked when it started")
             return {"gpu_found": None, "skipped": "weights only: the running job keeps its workers"}
-        handle = platform.start_gpu_check(names, _image_of(self.image))
+        handle = platform.find_gpu_check(names)  # a retry waits on what its earlier try started
+        if handle is not None:
+            log.info("the GPU check %s (%s) that an earlier try started: waiting on it, not starting another",
+                     handle.name, handle.id)
+        else:
+            handle = platform.start_gpu_check(names, _image_of(self.image))
         self.remember_job(platform, handle)
         self.defer_on(context, config, platform, handle, "done")
 
@@ -260,7 +270,10 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     template or a Flex Template), which counts as up once its workers have started. When the zone has no free GPUs
     (ZONE_RESOURCE_POOL_EXHAUSTED), the job is stopped and the next of ``gpu.fallbacks`` is started, each checked by
     preflight first. A lasting deployment's rollout switches the weights or updates the job in place instead.
-    ``on_kill`` stops a job not yet deferred on (the trigger's, after).
+    ``on_kill`` stops a job not yet deferred on (the trigger's, after). It defers at once: a job's start takes
+    longer than a worker's short wait (``gpuflow.triggers.settle``). Not retried in gpuflow's DAGs (``retries=0``):
+    a second try would start a second job; a failed launch leaves its job to the run's cleanup, which finds it by
+    the run's prefix.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     :param image: the worker image (a URI, or ``BuildContainerOperator``'s result); the local runner ignores it.
@@ -398,8 +411,10 @@ class SmokeTestOperator(GpuUsageCheck):
     def _wait_for_answers(self, context, config, names, state) -> None:
         from gpuflow.triggers.answers import smoke_answers_trigger
 
+        # Straight to the trigger: a streaming job's first answers wait for its first batch, and what the trigger
+        # pulls it hands on unacknowledged (a worker's short wait would leave them out until their ack deadline).
         self.defer_with(context, smoke_answers_trigger(config, names, state), max(0.0, state.deadline - time.time()),
-                        smoke=state.model_dump(mode="json"))
+                        wait_first=False, smoke=state.model_dump(mode="json"))
 
     def execute_complete_step(self, config, names, platform, context, event, smoke=None, **carry):
         if smoke is None:  # back from the GPU-usage wait

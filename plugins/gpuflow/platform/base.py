@@ -58,6 +58,10 @@ class ExportBackend(Backend, Protocol):
     def cancel_export(self, job_name: str) -> None:
         """Cancel a remote export job (on_kill); the local profile has none."""
 
+    def find_export(self, names: ResourceNames) -> JobHandle | None:
+        """The run's remote export that an earlier try started and that still runs, found by its name and labels;
+        None when there is none (the local profile's export runs in the task)."""
+
 
 class ImageBackend(Backend, Protocol):
     """The worker image: Cloud Build into Artifact Registry (gcp), or a Docker engine where one answers (local)."""
@@ -81,6 +85,10 @@ class JobBackend(Backend, Protocol):
 
     def gpu_check_report(self, names: ResourceNames, handle: JobHandle) -> dict[str, Any]:
         """The report the finished GPU check wrote, or an error with the job's own reason."""
+
+    def find_gpu_check(self, names: ResourceNames) -> JobHandle | None:
+        """The run's GPU check that an earlier try started, found by its name: still running, or (local) ended
+        well; None when there is none to wait on (then a new one starts)."""
 
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str, streaming: bool = True) -> JobHandle:
         """Start the inference pipeline, streaming or batch; return as soon as its handle exists (the task defers

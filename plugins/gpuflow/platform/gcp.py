@@ -41,6 +41,11 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
         return self.start_job("gpu_check.py", argv, names, image, job_name_for(names, self.config, "gpu-check"),
                               streaming=False)
 
+    def find_gpu_check(self, names: ResourceNames) -> JobHandle | None:
+        """The run's GPU check job still active in Dataflow, by its exact name (one that ended is not waited on)."""
+        name = job_name_for(names, self.config, "gpu-check")
+        return next((handle for handle in self.find_run_jobs(names) if handle.name == name), None)
+
     def gpu_check_report(self, names: ResourceNames, handle: JobHandle) -> dict[str, Any]:
         report_uri = names.gcs_uri("gpu-check", "report.json")
         report = json.loads(self._gcs().download(names.bucket, report_uri.removeprefix(f"gs://{names.bucket}/")))

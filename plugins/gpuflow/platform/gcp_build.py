@@ -63,6 +63,12 @@ class CloudBuildImages(GcpService):
         if self.image_exists(image):
             return ImageBuildResult(image=image, built=False, context_dir=str(context_dir),
                                     detail="already in Artifact Registry (same build context); build skipped")
+        earlier = self.running_build(names)
+        if earlier is not None:  # a retry waits on the build its earlier try started
+            log.info("Cloud Build %s that an earlier try started still runs: waiting on it, not starting another",
+                     earlier.id)
+            return ImageBuildResult(image=image, built=False, context_dir=str(context_dir), job=earlier,
+                                    detail=f"building with Cloud Build {earlier.id} (an earlier try's)")
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w:gz") as tar:
             tar.add(context_dir, arcname=".")
@@ -72,11 +78,28 @@ class CloudBuildImages(GcpService):
             build=self.cloud_build_request(source_object, image, names), project_id=self.config.project,
             location=self.config.region)
         log.info("Cloud Build %s started for %s (%d KB context)", build_id, image, len(archive.getvalue()) // 1024)
-        job = JobHandle(kind="cloud-build", id=build_id, location=self.config.region,
-                        name=f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}",
-                        url=cloud_build_url(self.config.project, self.config.region, build_id))
-        return ImageBuildResult(image=image, built=False, context_dir=str(context_dir), job=job,
-                                detail=f"building with Cloud Build {build_id}")
+        return ImageBuildResult(image=image, built=False, context_dir=str(context_dir),
+                                job=self._build_handle(build_id), detail=f"building with Cloud Build {build_id}")
+
+    def _build_handle(self, build_id: str) -> JobHandle:
+        return JobHandle(kind="cloud-build", id=build_id, location=self.config.region,
+                         name=f"projects/{self.config.project}/locations/{self.config.region}/builds/{build_id}",
+                         url=cloud_build_url(self.config.project, self.config.region, build_id))
+
+    #: Builds read back when looking for an earlier try's: the region's newest, where a build started minutes ago is.
+    RECENT_BUILDS = 50
+
+    def running_build(self, names: ResourceNames) -> JobHandle | None:
+        """A build of this run (its ``gpuflow-run-…`` tag) still queued, pending or working, among the region's
+        newest builds; matched here rather than with a list filter, whose syntax gpuflow has no page to cite for."""
+        from google.cloud.devtools import cloudbuild_v1
+
+        status = cloudbuild_v1.Build.Status
+        tag = f"gpuflow-run-{names.labels['gpuflow-run']}"
+        builds = self._build_hook().list_builds(location=self.config.region, project_id=self.config.project,
+                                                page_size=self.RECENT_BUILDS)
+        return next((self._build_handle(build.id) for build in builds
+                     if tag in build.tags and build.status in (status.QUEUED, status.PENDING, status.WORKING)), None)
 
     def _build_hook(self) -> CloudBuildHook:
         from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook

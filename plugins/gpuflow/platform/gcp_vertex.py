@@ -83,6 +83,24 @@ class VertexExport(GcpService):
         return JobHandle(kind="vertex-custom-job", id=job.name.rsplit("/", 1)[-1], name=job.name,
                          location=self.config.region, url=vertex_custom_job_url(self.config.project, job.name))
 
+    def find_export(self, names: ResourceNames) -> JobHandle | None:
+        """A custom job of this run's name, with its ``gpuflow-run`` label, still queued, pending or running. Vertex
+        AI's list filter takes ``display_name="..."`` (ListCustomJobsRequest.filter: "display_name supports =, !=
+        comparisons", cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/list)."""
+        from google.cloud import aiplatform_v1
+
+        waiting = {aiplatform_v1.JobState.JOB_STATE_QUEUED, aiplatform_v1.JobState.JOB_STATE_PENDING,
+                   aiplatform_v1.JobState.JOB_STATE_RUNNING}
+        jobs = self._vertex_hook().list_custom_jobs(
+            project_id=self.config.project, region=self.config.region, page_size=None, page_token=None,
+            filter=f'display_name="{names.prefix}-export"', read_mask=None)
+        for job in jobs:
+            if job.state in waiting and job.labels.get("gpuflow-run") == names.labels["gpuflow-run"]:
+                return JobHandle(kind="vertex-custom-job", id=job.name.rsplit("/", 1)[-1], name=job.name,
+                                 location=self.config.region,
+                                 url=vertex_custom_job_url(self.config.project, job.name))
+        return None
+
     def _vertex_hook(self) -> CustomJobHook:
         from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
 

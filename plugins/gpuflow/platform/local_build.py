@@ -44,6 +44,9 @@ class LocalExport(LocalService):
     def cancel_export(self, job_name: str) -> None:
         """Nothing to cancel: the local export runs in the task's own process tree."""
 
+    def find_export(self, names: ResourceNames) -> None:
+        """None: no export outlives its task here."""
+
 
 class LocalImages(LocalService):
     def docker_engine_answers(self) -> tuple[bool, str]:

@@ -15,6 +15,7 @@ from gpuflow.platform.local_service import LocalService
 from gpuflow.platform.processes import (
     LABELS_VARIABLE,
     PipelineStartError,
+    exit_status,
     gpuflow_process_runs,
     pid_handles,
     spawn_logged,
@@ -32,6 +33,14 @@ class LocalProcesses(LocalService):
         if self.config.require_gpu:
             command.append("--require-gpu")
         return self._start_process(command, f"{names.prefix}-gpu-check", names.job_name + "-gpu-check", names.labels)
+
+    def find_gpu_check(self, names: ResourceNames) -> JobHandle | None:
+        """From its pid file (a stopped check has none): running, or ended with exit status 0."""
+        found = next((handle for handle in self.find_run_jobs(names) if handle.name == names.job_name + "-gpu-check"),
+                     None)
+        if found is None or gpuflow_process_runs(int(found.id)) or exit_status(found.location) == 0:
+            return found
+        return None
 
     def _gpu_report(self, names: ResourceNames) -> Path:
         return self.state_dir / f"{names.prefix}-gpu-check.json"

@@ -30,7 +30,8 @@ def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None
 
 
 def export_model(config: GpuflowConfig, names: ResourceNames, platform: ExportBackend) -> dict[str, Any]:
-    """Export, unless the same model in bf16 already lies at the target path (a retry, or a re-run).
+    """Export, unless the same model in bf16 already lies at the target path (a retry, or a re-run), or an earlier
+    try's remote export still runs (then its handle comes back, and the task waits on it).
 
     A remote export is only started: the result's ``job`` is its handle, and the task defers until it ends."""
     result = {"state_dict_uri": names.state_dict_uri, "model_dir_uri": names.model_dir_uri, "model": config.model.name}
@@ -41,6 +42,10 @@ def export_model(config: GpuflowConfig, names: ResourceNames, platform: ExportBa
         log.info("skipping the export: %s (bf16, %s bytes) is already at %s", config.model.name,
                  marker.get("state_dict_bytes"), names.state_dict_uri)
         return {**result, "skipped": True}
+    job = platform.find_export(names)  # a retry waits on the export its earlier try started
+    if job is not None:
+        log.info("the export %s that an earlier try started still runs: waiting on it, not starting another", job.name)
+        return {**result, "skipped": False, "job": job.to_xcom()}
     log.info("exporting %s as a bf16 state_dict to %s", config.model.name, names.state_dict_uri)
     job = platform.export_model(config.model.name, names)
     return {**result, "skipped": False, "job": job.to_xcom() if job else None}

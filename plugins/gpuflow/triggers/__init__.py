@@ -11,7 +11,8 @@ Each cancels its job when a user kills the deferred task: the 3.3 triggerer call
 trigger calls it itself once Airflow says the task has left deferral (``gpuflow.triggers.kill``). A job that a dead
 triggerer left running is stopped by the run's cleanup, which finds the run's jobs by name prefix.
 Importing this package is cheap: the trigger modules are imported by ``job_trigger`` when a task defers. An operator
-with ``deferrable=False`` waits for the same trigger in its worker (``first_event``).
+with ``deferrable=False`` waits for the same trigger in its worker (``event_in_worker``), as every task does for a
+short while before it defers (``gpuflow.triggers.settle``).
 """
 
 from __future__ import annotations
@@ -58,16 +59,26 @@ def job_trigger(config: GpuflowConfig, handle: JobHandle, until: str, timeout_s:
 
 
 def first_event(trigger: Any, timeout_s: float) -> dict[str, Any]:
-    """The trigger's first event, waited for in this process as the triggerer would wait for it: for an operator
-    with ``deferrable=False``. Raises TimeoutError after ``timeout_s``."""
+    """The trigger's first event, waited for in this process as the triggerer would wait for it (``run``: the
+    event held for its settle time). Raises TimeoutError after ``timeout_s``."""
+    return _first(trigger.run(), type(trigger).__name__, timeout_s)
+
+
+def event_in_worker(trigger: Any, timeout_s: float) -> dict[str, Any]:
+    """The trigger's first event, waited for by the task in its own worker (``events``: nothing to hold, since the
+    task has not deferred, and nothing to cancel on a triggerer's behalf): for a task's short wait before it defers,
+    and for an operator with ``deferrable=False``. Raises TimeoutError after ``timeout_s``; the job goes on."""
+    return _first(trigger.events(), type(trigger).__name__, timeout_s)
+
+
+def _first(events: Any, what: str, timeout_s: float) -> dict[str, Any]:
     import asyncio
 
     async def wait() -> dict[str, Any]:
-        events = trigger.run()
         try:
             event = await asyncio.wait_for(anext(events), timeout_s)
         except StopAsyncIteration:
-            raise RuntimeError(f"{type(trigger).__name__} ended without an event") from None
+            raise RuntimeError(f"{what} ended without an event") from None
         finally:
             await events.aclose()
         return dict(event.payload)

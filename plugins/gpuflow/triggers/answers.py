@@ -33,7 +33,7 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
+from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
 
 #: The most messages one pull asks for (``maxMessages``: "a positive integer. The Pub/Sub system may return fewer
 #: than the number specified", https://cloud.google.com/pubsub/reference/rest/v1/projects.subscriptions/pull).
@@ -98,7 +98,7 @@ class SmokeAnswersTrigger(SettlingTrigger):
 
     def __init__(self, project: str, answers_subscription: str, dead_letter_subscription: str, ids: list[str],
                  pending: list[str], started: float, deadline: float, gcp_conn_id: str,
-                 emulator_host: str | None = None, poll_interval_s: float = 0.5, settle_s: float = SETTLE_S):
+                 emulator_host: str | None = None, poll_interval_s: float = 0.5, settle_s: float = HOLD_S):
         super().__init__(settle_s)
         self.project, self.ids, self.pending = project, list(ids), list(pending)
         self.answers_subscription, self.dead_letter_subscription = answers_subscription, dead_letter_subscription

@@ -21,7 +21,7 @@ from airflow.providers.google.cloud.triggers.gcs import GCSBlobTrigger
 from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.cancelling import _TimeoutAndCancel
-from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
+from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
 
 
 def _no_input_message(pattern: str, timeout_s: float) -> str:
@@ -46,7 +46,7 @@ class LocalInputTrigger(SettlingTrigger):
     """The local profile: a glob on local disk, or a gs:// glob on the GCS emulator at ``emulator_url``."""
 
     def __init__(self, pattern: str, emulator_url: str, project: str, timeout_s: float, poll_interval_s: float,
-                 settle_s: float = SETTLE_S):
+                 settle_s: float = HOLD_S):
         super().__init__(settle_s)
         self.pattern, self.emulator_url, self.project = pattern, emulator_url, project
         self.timeout_s, self.poll_interval_s = timeout_s, poll_interval_s

@@ -19,7 +19,7 @@ from airflow.providers.google.cloud.triggers.dataproc import DataprocBatchTrigge
 from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.kill import stopping_job_when_killed
-from gpuflow.triggers.settle import SETTLE_S, settled
+from gpuflow.triggers.settle import HOLD_S, settled
 
 try:  # the provider's (22.8.0); Composer's 22.2.0 (the floor) and 22.2.2 have none: gpuflow's copy of it
     from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
@@ -28,15 +28,15 @@ except ImportError:
 
 
 class _TimeoutAndCancel:
-    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then cancel_job(); its event held for
-    ``settle_s`` (``gpuflow.triggers.settle``); on_kill() cancels the job unless ``cancel_on_kill`` is False, and is
+    """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then cancel_job() (``events``); its event
+    held for ``settle_s`` (``run``, ``gpuflow.triggers.settle``); on_kill() cancels the job unless ``cancel_on_kill`` is False, and is
     also called when the task is killed on a triggerer that does not call it (``gpuflow.triggers.kill``). It adds
     these to the trigger's arguments and serializes under the subclass's own classpath."""
 
     what: str  # the job, in the timeout's message
     timeout_status = "error"  # the status of the event that ends the wait at the timeout
 
-    def __init__(self, *, timeout_s: float, cancel_on_kill: bool = True, settle_s: float = SETTLE_S, **kwargs: Any):
+    def __init__(self, *, timeout_s: float, cancel_on_kill: bool = True, settle_s: float = HOLD_S, **kwargs: Any):
         super().__init__(**kwargs)  # type: ignore[call-arg]
         self.timeout_s, self.cancel_on_kill, self.settle_s = timeout_s, cancel_on_kill, settle_s
 
@@ -47,11 +47,12 @@ class _TimeoutAndCancel:
                  "settle_s": self.settle_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        async for event in stopping_job_when_killed(self, self._bounded()):
+        async for event in stopping_job_when_killed(self, settled(self.events(), self.settle_s)):
             yield event
 
-    async def _bounded(self) -> AsyncIterator[TriggerEvent]:
-        events = settled(super().run(), self.settle_s)  # type: ignore[misc]
+    async def events(self) -> AsyncIterator[TriggerEvent]:
+        """The provider trigger's wait, bounded by ``timeout_s``: what ``run`` holds, and what a worker waits for."""
+        events = super().run()  # type: ignore[misc]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
+from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
 
 #: API errors in a row that end the wait (one blip is retried at the next poll).
 MAX_POLL_ERRORS = 3
@@ -26,7 +26,7 @@ MAX_POLL_ERRORS = 3
 class DataflowJobStartTrigger(SettlingTrigger):
     def __init__(self, project_id: str, location: str, job_id: str, until: str, timeout_s: float,
                  gcp_conn_id: str = "google_cloud_default", impersonation_chain: Any = None,
-                 poll_interval_s: float = 10.0, cancel_on_kill: bool = True, settle_s: float = SETTLE_S):
+                 poll_interval_s: float = 10.0, cancel_on_kill: bool = True, settle_s: float = HOLD_S):
         super().__init__(settle_s)
         self.project_id, self.location, self.job_id = project_id, location, job_id
         self.until, self.timeout_s, self.poll_interval_s = until, timeout_s, poll_interval_s

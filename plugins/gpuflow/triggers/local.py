@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
+from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
 
 #: Seconds between "still waiting" lines in the log.
 REPORT_EVERY_S = 10.0
@@ -24,7 +24,7 @@ def _log_tail(path: Path, lines: int = 30) -> str:
 
 class LocalProcessTrigger(SettlingTrigger):
     def __init__(self, pid: int, log_path: str, until: str, timeout_s: float, poll_interval_s: float = 0.5,
-                 cancel_on_kill: bool = True, settle_s: float = SETTLE_S):
+                 cancel_on_kill: bool = True, settle_s: float = HOLD_S):
         super().__init__(settle_s)
         self.pid, self.log_path, self.until = pid, log_path, until
         self.timeout_s, self.poll_interval_s, self.cancel_on_kill = timeout_s, poll_interval_s, cancel_on_kill

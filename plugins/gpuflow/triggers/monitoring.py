@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from gpuflow.triggers.settle import SETTLE_S, SettlingTrigger
+from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
 
 
 def gpu_usage_trigger(config: Any, job_id: str, started: float, ended: float) -> GpuMetricsTrigger:
@@ -25,7 +25,7 @@ def gpu_usage_trigger(config: Any, job_id: str, started: float, ended: float) ->
 
 class GpuMetricsTrigger(SettlingTrigger):
     def __init__(self, project_id: str, job_id: str, metrics: dict[str, str], started: float, ended: float,
-                 timeout_s: float, gcp_conn_id: str = "google_cloud_default", poll_interval_s: float = 10.0, settle_s: float = SETTLE_S):
+                 timeout_s: float, gcp_conn_id: str = "google_cloud_default", poll_interval_s: float = 10.0, settle_s: float = HOLD_S):
         super().__init__(settle_s)
         self.project_id, self.job_id, self.metrics = project_id, job_id, metrics
         self.started, self.ended, self.timeout_s = started, ended, timeout_s
