@@ -80,8 +80,11 @@ class VertexExport(GcpService):
         machine, disk_gb = self.export_machine()
         log.info("Vertex AI custom job %s started on %s (%d GB disk): exporting %s", job.name, machine, disk_gb,
                  model_name)
-        return JobHandle(kind="vertex-custom-job", id=job.name.rsplit("/", 1)[-1], name=job.name,
-                         location=self.config.region, url=vertex_custom_job_url(self.config.project, job.name))
+        return self._export_handle(job.name)
+
+    def _export_handle(self, job_name: str) -> JobHandle:
+        return JobHandle(kind="vertex-custom-job", id=job_name.rsplit("/", 1)[-1], name=job_name,
+                         location=self.config.region, url=vertex_custom_job_url(self.config.project, job_name))
 
     def find_export(self, names: ResourceNames) -> JobHandle | None:
         """A custom job of this run's name, with its ``gpuflow-run`` label, still queued, pending or running. Vertex
@@ -96,9 +99,7 @@ class VertexExport(GcpService):
             filter=f'display_name="{names.prefix}-export"', read_mask=None)
         for job in jobs:
             if job.state in waiting and job.labels.get("gpuflow-run") == names.labels["gpuflow-run"]:
-                return JobHandle(kind="vertex-custom-job", id=job.name.rsplit("/", 1)[-1], name=job.name,
-                                 location=self.config.region,
-                                 url=vertex_custom_job_url(self.config.project, job.name))
+                return self._export_handle(job.name)
         return None
 
     def _vertex_hook(self) -> CustomJobHook:

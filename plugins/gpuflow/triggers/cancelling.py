@@ -29,9 +29,10 @@ except ImportError:
 
 class _TimeoutAndCancel:
     """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then cancel_job() (``events``); its event
-    held for ``settle_s`` (``run``, ``gpuflow.triggers.settle``); on_kill() cancels the job unless ``cancel_on_kill`` is False, and is
-    also called when the task is killed on a triggerer that does not call it (``gpuflow.triggers.kill``). It adds
-    these to the trigger's arguments and serializes under the subclass's own classpath."""
+    held for ``settle_s`` (``run``, ``gpuflow.triggers.settle``); on_kill() cancels the job unless
+    ``cancel_on_kill`` is False, and is also called when the task is killed on a triggerer that does not call it
+    (``gpuflow.triggers.kill``). It adds these to the trigger's arguments and serializes under the subclass's own
+    classpath."""
 
     what: str  # the job, in the timeout's message
     timeout_status = "error"  # the status of the event that ends the wait at the timeout
