@@ -22,6 +22,9 @@ import requests
 from tests.helpers import ROOT
 
 USERNAME = "gpuflow-admin"
+#: A user whose role may trigger DAGs and nothing more than Airflow's SimpleAuthManager gives that role ("user": it
+#: may also edit XComs and clear task instances, is_authorized_dag), as the security tests act.
+TRIGGER_USER = "gpuflow-trigger"
 
 
 def free_port() -> int:
@@ -58,7 +61,7 @@ class LiveAirflow:
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": "gpuflow-test-" + self.password,
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin,{TRIGGER_USER}:user",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
@@ -67,7 +70,7 @@ class LiveAirflow:
 
     def start(self, timeout_s: float = 180) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password}))
+        (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password, TRIGGER_USER: self.password}))
         env = self.env()
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
         # The pool of the tasks that start GPU jobs, as docs/gcp.md tells a person to create it.
@@ -135,17 +138,18 @@ class LiveAirflow:
 
     # -- the REST API, authenticated as the UI is: a JWT from /auth/token --------------------------------------
 
-    def token(self) -> str:
-        answer = requests.post(f"{self.url}/auth/token", json={"username": USERNAME, "password": self.password},
+    def token(self, user: str = USERNAME) -> str:
+        answer = requests.post(f"{self.url}/auth/token", json={"username": user, "password": self.password},
                                timeout=30)
         answer.raise_for_status()
         return answer.json()["access_token"]
 
-    def api(self, method: str, path: str, attempts: int = 3, **kwargs) -> requests.Response:
-        """One REST call; asked again when the api-server, on SQLite and two busy cores, does not answer in time."""
+    def api(self, method: str, path: str, attempts: int = 3, user: str = USERNAME, **kwargs) -> requests.Response:
+        """One REST call as ``user``; asked again when the api-server, on SQLite and two busy cores, does not answer
+        in time."""
         for attempt in range(1, attempts + 1):
             try:
-                headers = {"Authorization": f"Bearer {self.token()}"}
+                headers = {"Authorization": f"Bearer {self.token(user)}"}
                 return requests.request(method, f"{self.url}/api/v2{path}", headers=headers, timeout=30, **kwargs)
             except (requests.Timeout, requests.ConnectionError) as problem:
                 # a read timeout may come after a POST took effect: only a GET, or a request never sent, again

@@ -210,14 +210,16 @@ def test_a_triggerer_killed_mid_rollout_smoke_test_keeps_the_new_version(airflow
 
     model_dir = write_demo_model(tmp_path / "model", seed=0)
     config_file = site_config("live-rollout.yaml", local_site_file(), bucket="gpuflow-live-rollout",
-                              **{"model.name": str(model_dir)})
+                              **{"model.name": str(model_dir), "limits.lasting_deployments": True,
+                                 "deployment.refresh_interval_s": 1})
     conf = {"config_file": config_file, "deployment__mode": "persistent", "deployment__name": ROLLOUT,
-            "deployment__refresh_interval_s": 1, "deployment__rollout_timeout_s": 240,
+            "deployment__rollout_timeout_s": 240,
             "model__max_new_tokens": 4, "smoke_test__num_prompts": 2}
     record_file = Path(load_config(config_file).local.state_dir) / "deployments" / f"{ROLLOUT}.json"
 
     def run(dag_id: str) -> str:
-        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        sent = conf if dag_id == DAG_ID else {"config_file": config_file, "deployment__name": ROLLOUT}  # its form's
+        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": sent})
         assert answer.status_code == 200, answer.text
         return answer.json()["dag_run_id"]
 
@@ -255,31 +257,56 @@ def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_con
 
 def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_created(airflow_live, local_config,
                                                                                   tmp_path):
-    """As an authenticated user who may trigger DAGs, with nothing but the REST API: what the Params' schema can
-    express is a 400; the rest fails each run's preflight (gpuflow.runs.run_policy), and its target is left as it was."""
+    """As a user whose role may trigger DAGs and no more (SimpleAuthManager's "user"), with nothing but the REST API:
+    what the Params' schema can express is a 400; the rest fails each run's preflight (gpuflow.runs.run_policy), and
+    its target is left as it was: no marker, no team file gone, no resource of the run, no other connection used.
+
+    Airflow offers a DAG no way to refuse conf keys it does not declare at trigger time (create_dagrun merges the
+    conf into the DAG's Params and validates those it declares), so those are refused by preflight."""
+    import timeit
+
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.runs.naming import resource_names, run_prefix
+    from gpuflow.steps.resources import list_run_resources
     from tests.helpers import local_site_file
+    from tests.live_airflow import TRIGGER_USER
 
     marker, script, team = tmp_path / "owned", tmp_path / "payload.py", tmp_path / "team-folder"
     script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     team.mkdir()
     (team / "quarterly.csv").write_text("a,b\n")
+    state = local_config.local.state_dir
     for dag_id in (DAG_ID, "dataproc_gpu_batch", BATCH_DAG):
         airflow_live.wait_for_dag(dag_id)
-    # The schema: a config_file with a '..' segment, a batch folder with one
+    # The schema: a config_file with a '..' segment, a batch folder with one, or with a format character
     for dag_id, conf in ((DAG_ID, {"config_file": "configs/../../../etc/passwd.yaml"}),
-                         (BATCH_DAG, {"batch__output": "/tmp/gpuflow/../../home/"})):
-        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+                         (BATCH_DAG, {"batch__output": "/tmp/gpuflow/../../home/"}),
+                         (BATCH_DAG, {"batch__output": f"{state}/answers\u202e/"})):
+        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
+                                  user=TRIGGER_USER)
         assert answer.status_code == 400, answer.text
-    # What no schema says: code, identity, a folder outside the state folder
+    # What no schema says: code (a key, a section), identity (a key holding '='), paths (outside the state folder, a
+    # glob into gpuflow's own folder), cost, format characters
     site = local_site_file()
-    hostile = [("dataproc_gpu_batch", {"dataproc__main_python_file": str(script)}),
-               (DAG_ID, {"config_file": site, "gcp_conn_id": "another_teams_admin"}),
-               (BATCH_DAG, {"config_file": site, "batch__output": f"{team}/"})]
+    hostile = [
+        ("dataproc_gpu_batch", {"dataproc__main_python_file": str(script)}),
+        ("dataproc_gpu_batch", {"dataproc": {"main_python_file": timeit.__file__,
+                                             "args": ["-n1", f"open({str(marker)!r}, 'w').write('ran')"]}}),
+        (DAG_ID, {"config_file": site, "gcp_conn_id": "another_teams_admin"}),
+        (DAG_ID, {"config_file": site, "gcp_conn_id=another_teams_conn #": None, "project=another-project #": None}),
+        (BATCH_DAG, {"config_file": site, "batch__output": f"{team}/"}),
+        (BATCH_DAG, {"config_file": site, "batch__input": f"{state}/gpuflo[w]/deployments/**"}),
+        (DAG_ID, {"config_file": site, "worker__max_num_workers": 1000, "gpu__count": 8}),
+        (DAG_ID, {"config_file": site, "model__name": "gpuflow-demo\u200b"}),  # no schema pattern: preflight's
+    ]
     runs = []
     for dag_id, conf in hostile:
-        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
+                                  user=TRIGGER_USER)
         assert answer.status_code == 200, answer.text
         runs.append((dag_id, answer.json()["dag_run_id"]))
+    refusals = ("only the configuration file sets it", "absolute path under local.state_dir", "does not declare",
+                "would raise this run's cost", "format character", "wildcard", "not among the models")
     for dag_id, run_id in runs:
         run = airflow_live.wait_for_run(dag_id, run_id, timeout_s=300)
         states = {ti["task_id"]: ti["state"] for ti in airflow_live.api(
@@ -288,10 +315,52 @@ def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_creat
         assert {task for task, state in states.items() if state == "success"} <= {"cleanup"}, (dag_id, states)
         log = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/preflight/logs/1",
                                params={"full_content": True}).text
-        assert "only the configuration file sets it" in log or "absolute path under local.state_dir" in log, \
-            log[-2000:]
+        assert any(words in log for words in refusals), log[-2000:]
+        assert "another_teams_conn" not in log or "does not declare" in log  # named as refused, never used
+        names = resource_names(local_config, run_prefix(dag_id, run_id))
+        with emulator_environment(local_config):
+            assert list_run_resources(local_config, names, LOCAL_CONN_ID) == {"topics": [], "subscriptions": [],
+                                                                              "buckets": []}
     assert not marker.exists()
     assert sorted(path.name for path in team.iterdir()) == ["quarterly.csv"]
+
+
+def test_an_xcom_edited_through_the_rest_api_then_a_cleared_task_acts_on_nothing(airflow_live, local_config,
+                                                                                  tmp_path):
+    """The role that may trigger may also edit XComs and clear tasks. After a benign Dataproc batch (local Spark),
+    such a user rewrites preflight's result (the batch's main file and arguments: code) and clears the batch: the
+    batch derives its configuration again from the file and the run's conf, finds the XCom differs, and refuses,
+    having run nothing."""
+    import timeit
+
+    from tests.live_airflow import TRIGGER_USER
+
+    dag_id, marker = "dataproc_gpu_batch", tmp_path / "owned"
+    airflow_live.wait_for_dag(dag_id)
+    answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}},
+                              user=TRIGGER_USER)
+    assert answer.status_code == 200, answer.text
+    run_id = answer.json()["dag_run_id"]
+    assert airflow_live.wait_for_run(dag_id, run_id, timeout_s=400)["state"] == "success"
+    entry = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/preflight/xcomEntries/return_value"
+    config = airflow_live.api("GET", entry, params={"deserialize": True}, user=TRIGGER_USER).json()["value"]
+    config = json.loads(config) if isinstance(config, str) else config
+    config["dataproc"] = {**config["dataproc"], "main_python_file": timeit.__file__,
+                          "args": ["-n1", f"open({str(marker)!r}, 'w').write('ran')"]}
+    edited = airflow_live.api("PATCH", entry, json={"value": config}, user=TRIGGER_USER)
+    assert edited.status_code == 200, edited.text
+    cleared = airflow_live.api("POST", f"/dags/{dag_id}/clearTaskInstances", user=TRIGGER_USER, json={
+        "dry_run": False, "dag_run_id": run_id, "task_ids": ["batch"], "only_failed": False, "reset_dag_runs": True})
+    assert cleared.status_code == 200, cleared.text
+    run = airflow_live.wait_for_run(dag_id, run_id, timeout_s=400)
+    assert run["state"] == "failed", run
+    batch = [ti for ti in airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()[
+        "task_instances"] if ti["task_id"] == "batch"][0]
+    log = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/batch/logs/{batch['try_number']}",
+                           params={"full_content": True}).text
+    assert batch["state"] == "failed" and "is not what preflight derives" in log, log[-2000:]
+    assert "dataproc.args" in log and "dataproc.main_python_file" in log
+    assert not marker.exists()
 
 
 def test_the_api_refuses_requests_without_a_token(airflow_live):
@@ -403,6 +472,9 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             frame_from_top(page, section.locator("xpath=ancestor::*[@data-part='item'][1]"),
                            DOCS / "trigger-form-section.png")
             prompts.fill("4")
+            # The site's file, named below, waits 240 s for answers: a field above the named file's value is a raise
+            # its limits do not allow (gpuflow.runs.run_policy), so the form asks for no more than that file.
+            control("smoke_test__timeout_s").fill("240")
 
             dialog.get_by_role("button", name="Configuration file", exact=True).click()
             for key, value in local_fields.items():

@@ -19,10 +19,10 @@ DAY = pendulum.datetime(2026, 3, 1, tz="UTC")
 CONF = {
     # The project, bucket, model and fallbacks are the site's (a run's conf may set knobs only: gpuflow.runs.run_policy).
     "config_file": site_config("gcp-batch.yaml", "configs/gcp.example.yaml", project=GCP_TEST_PROJECT, bucket=BUCKET,
-                               **{"model.name": "google/flan-t5-small", "gpu.fallbacks": [{"region": "us-east4"}]}),
+                               **{"model.name": "google/flan-t5-small", "gpu.fallbacks": [{"region": "us-east4"}],
+                                  "dataflow.poll_interval_s": 0.05, "limits.min_poll_interval_s": 0.01}),
     "model__max_new_tokens": 8,
     "require_gpu": False,  # the DirectRunner "workers" of the fake Dataflow run on this CPU
-    "dataflow__poll_interval_s": 0.05,
     "batch__input_wait_s": 0,
     "launch__mode": "direct",  # Airflow's Beam stages the templates this test reads (the gcp default is flex_template)
 }

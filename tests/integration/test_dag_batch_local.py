@@ -10,6 +10,7 @@ from airflow.utils.state import DagRunState, TaskInstanceState
 
 from gpuflow.runs.naming import resource_names, run_prefix
 from gpuflow.steps.resources import list_run_resources
+from tests.helpers import site_config
 
 DAG_ID = "llm_batch_inference"
 MAX_NEW_TOKENS = 8
@@ -152,7 +153,9 @@ def test_three_dates_backfilled_then_one_rerun_replaces_its_output_whole(dag, lo
     for date, lines in inputs.items():
         write_input(folders, date, lines)
     runs = {}
-    cpu_workers = {"gpu__type": "none", "gpu__machine_type": "n2-highmem-2"}
+    # CPU workers: the machine type is the site's (a run may not pick one without limits.max_usd_per_hour)
+    cpu_workers = {"config_file": site_config("batch-cpu.yaml", run_conf(local_config, folders)["config_file"], **{
+        "gpu.type": "none", "gpu.machine_type": "n2-highmem-2"})}
     for date in DATES:
         run = run_for(dag, date, run_conf(local_config, folders, export__model_dir=kept_model,
                                           **(cpu_workers if date == DATES[2] else {})))
@@ -205,7 +208,10 @@ def test_a_date_without_input_skips_or_fails_before_anything_is_created(dag, loc
                                                                         missing_input):
     date = pendulum.datetime(2026, 4, 1, tz="UTC")
     # skip waits (deferred) a moment first, in the trigger; fail checks once
-    wait = {"batch__input_wait_s": 1, "batch__input_poll_interval_s": 0.2} if missing_input == "skip" else {}
+    # (the wait and its poll interval are the site's: a run may not lengthen a wait the file sets no limit for)
+    wait = {"config_file": site_config("batch-wait.yaml", run_conf(local_config, folders)["config_file"], **{
+        "batch.input_wait_s": 1, "batch.input_poll_interval_s": 0.2, "limits.min_poll_interval_s": 0.1}),
+        "batch__input_wait_s": 1} if missing_input == "skip" else {}
     run = run_for(dag, date, run_conf(local_config, folders, batch__missing_input=missing_input, **wait))
     states = task_states(run)
     assert states["preflight"] == TaskInstanceState.SUCCESS

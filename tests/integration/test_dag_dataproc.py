@@ -100,12 +100,12 @@ def gcp_dataproc(emulators, monkeypatch):
 
 
 def gcp_conf():
-    """The profile, project, bucket and connection are the site's; the poll interval is a knob of the run's."""
+    """The profile, project, bucket, connection and poll interval are the site's (no form shows a poll interval)."""
     from tests.helpers import site_config
 
     return {"config_file": site_config("dataproc-gcp.yaml", "configs/dataproc.example.yaml", profile="gcp",
-                                       project="gpuflow-dataproc-test", bucket=BUCKET, gcp_conn_id=LOCAL_CONN_ID),
-            "dataproc__poll_interval_s": 0.1}
+                                       project="gpuflow-dataproc-test", bucket=BUCKET, gcp_conn_id=LOCAL_CONN_ID,
+                                       **{"dataproc.poll_interval_s": 0.1, "limits.min_poll_interval_s": 0.1})}
 
 
 def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db, gcp_dataproc):

@@ -34,11 +34,14 @@ PROJECT = GCP_TEST_PROJECT
 BUCKET = "gpuflow-gcp-test-bucket"
 CONF = {
     # The project, bucket and model are the site's (a run's conf may set knobs only: gpuflow.runs.run_policy).
+    # What the form does not show is the file's too (a poll interval, the Flex launcher's tag), and the limits that let
+    # a run raise its workers (limits.max_gpus).
     "config_file": site_config("gcp.yaml", "configs/gcp.example.yaml", project=PROJECT, bucket=BUCKET,
-                               **{"model.name": "google/flan-t5-small"}),
+                               **{"model.name": "google/flan-t5-small", "dataflow.poll_interval_s": 0.05,
+                                  "limits.min_poll_interval_s": 0.01, "limits.max_gpus": 8,
+                                  "container.flex_launcher_tag": "20260101_RC00"}),
     "model__max_new_tokens": 8,
     "require_gpu": False,  # the DirectRunner "workers" of the fake Dataflow run on this CPU
-    "dataflow__poll_interval_s": 0.05,
     "smoke_test__num_prompts": 4,
     "smoke_test__timeout_s": 240,
 }
@@ -245,7 +248,9 @@ MODES = {
     # (The other GPU modes differ only in the request they send: right fitting with model copies in
     # test_gcp_gpu_modes.py, one SDK process per worker (t4) in test_gcp_dataflow_request.py, each checked against
     # Dataflow's constraints as the launch checks it.)
-    "cpu_workers": ({"gpu__type": "none", "gpu__machine_type": "n2-highmem-2"}, [], True),
+    # The machine type is the site's: a run may not pick one without limits.max_usd_per_hour (gpuflow.runs.run_policy).
+    "cpu_workers": ({"config_file": site_config("gcp-cpu.yaml", CONF["config_file"], **{
+        "gpu.type": "none", "gpu.machine_type": "n2-highmem-2"})}, [], True),
 }
 
 
@@ -276,7 +281,7 @@ def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(dag, cloud, mode
 
 
 def test_flex_template_mode_with_mps_runs_the_dag_without_staging_in_airflow(dag, cloud):
-    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "container__flex_launcher_tag": "20260101_RC00", "gpu__sharing": "mps",
+    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "gpu__sharing": "mps",
                              "gpu__machine_type": "g2-standard-8"})
     assert run.state == DagRunState.SUCCESS, task_states(run)
     launches = cloud.dataflow.calls("launch_flex_template")
@@ -291,7 +296,7 @@ def test_a_job_whose_gpus_stay_idle_fails_the_smoke_test_and_is_cleaned_up(dag, 
     from tests.gcp_fakes import FakeMonitoring
 
     cloud.metrics = FakeMonitoring(utilization=0, memory=0)
-    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "container__flex_launcher_tag": "20260101_RC00"})
+    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template"})
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert (states["launch"], states["smoke_test"], states["cleanup"]) == (

@@ -66,7 +66,10 @@ def test_two_runs_in_a_row_both_succeed_and_leave_nothing(dag, local_config, emu
 
 
 def test_a_failure_in_launch_still_runs_cleanup_and_the_run_fails(dag, local_config, emulators):
-    run = dag.test(run_conf=run_conf(local_config, local__pipeline_start_timeout_s=0.001))
+    from tests.helpers import local_site_file, site_config
+
+    too_short = site_config("launch-too-short.yaml", local_site_file(), **{"local.pipeline_start_timeout_s": 0.001})
+    run = dag.test(run_conf=run_conf(local_config, config_file=too_short))
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert states["launch"] == TaskInstanceState.FAILED

@@ -40,12 +40,15 @@ def conf(local_config, model_dir: Path, **extra) -> dict:
     from tests.helpers import local_site_file, site_config
 
     return {
+        # The site allows lasting deployments (limits.lasting_deployments) and sets how often the job looks for a
+        # new version: no form shows that.
         "config_file": site_config("deployment.yaml", local_site_file(), bucket=BUCKET,
-                                   **{"model.name": str(model_dir)}),
+                                   **{"model.name": str(model_dir), "limits.lasting_deployments": True,
+                                      "deployment.refresh_interval_s": 1}),
         "deployment__mode": "persistent", "deployment__name": DEPLOYMENT,
         # A replacement job loads its model while the old one serves and another test may run beside: on two
         # cores its first answer came after 60 s. The smoke test ends as soon as every answer is in.
-        "deployment__refresh_interval_s": 1, "deployment__rollout_timeout_s": 240,
+        "deployment__rollout_timeout_s": 240,
         "model__max_new_tokens": 6, "inference__max_batch_size": 16,
         **extra,
     }
@@ -354,7 +357,23 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
     # 5. The teardown stops the job and deletes the deployment's topics, subscriptions, model and record, and
     # nothing of a deployment beside it whose names start with its own.
     sibling, sibling_pid = a_sibling_deployment(local_config, model_dir)
-    down = teardown.test(run_conf={**conf(local_config, model_dir)})
+    # A deployment belongs to the configuration file it was made from: another team's file (the same bucket and
+    # deployment name) can neither roll out onto it nor tear it down.
+    from tests.helpers import site_config
+
+    served = record(local_config)
+    assert served["config_file"] == str(Path(conf(local_config, model_dir)["config_file"]).resolve())
+    other_team = site_config("other-team.yaml", conf(local_config, model_dir)["config_file"])
+    refused = serve.test(run_conf={**conf(local_config, model_dir), "config_file": other_team})
+    assert (refused.state, states(refused)["preflight"]) == (DagRunState.FAILED, "failed"), states(refused)
+    refused = teardown.test(run_conf={"config_file": other_team, "deployment__name": DEPLOYMENT})
+    assert refused.state == DagRunState.FAILED, states(refused)
+    assert record(local_config) == served
+    from gpuflow.platform import JobHandle, get_platform
+
+    assert get_platform(local_config).job_running(JobHandle.model_validate(served["job"]))  # still serving
+    down = teardown.test(run_conf={"config_file": conf(local_config, model_dir)["config_file"],
+                                   "deployment__name": DEPLOYMENT})
     assert down.state == DagRunState.SUCCESS, states(down)
     assert record(local_config) is None
     with emulator_environment(local_config):

@@ -63,9 +63,9 @@ def test_a_hostile_key_is_refused_naming_the_key_and_the_fix(local, dotted, valu
 
 
 @pytest.mark.parametrize(("dotted", "value"), [
-    ("gpu.count", 2), ("smoke_test.timeout_s", 120.0), ("require_gpu", True), ("gpu.sharing", "mps"),
-    ("deployment.mode", "persistent"), ("janitor.dry_run", True), ("region", "europe-west4"),
-    ("gpu.type", "nvidia-tesla-t4"), ("gpu.zone", "us-central1-a"), ("deployment.name", "prod-eu"),
+    ("gpu.count", 1), ("smoke_test.timeout_s", 120.0), ("require_gpu", True), ("gpu.sharing", "mps"),
+    ("deployment.mode", "ephemeral"), ("janitor.dry_run", True), ("region", "europe-west4"),
+    ("gpu.type", "none"), ("gpu.zone", "us-central1-a"), ("deployment.name", "prod-eu"),
     ("model.name", "gpuflow-demo-causal"), ("container.recipe", "cpu"), ("container.image", None),
     ("batch.output", "/tmp/gpuflow/batch/answers/{ds}/"), ("model.parameters_m", None),
     ("local.pipeline_start_timeout_s", 30),
@@ -110,3 +110,81 @@ def test_a_config_file_in_configs_or_the_site_folder_is_read():
     assert trusted_config_file("configs/gcp.example.yaml") == (ROOT / "configs" / "gcp.example.yaml").resolve()
     site = site_config("team.yaml")  # the fix the refusal names: a file in the site folder
     assert trusted_config_file(site) == Path(site).resolve()
+
+
+# -- cost: without a limit a run may not raise a cost knob; with one, preflight bounds it -----------------------------
+
+#: (dotted key, a value above configs/local.yaml's, the limit that lets a run raise it)
+RAISES = [
+    ("worker.max_num_workers", 1000, {"limits.max_gpus": 8}),
+    ("gpu.count", 8, {"limits.max_gpus": 8}),
+    ("deployment.mode", "persistent", {"limits.lasting_deployments": True}),
+    ("batch.job_timeout_s", 10 ** 7, {"limits.max_job_hours": 12}),
+    ("gpu.type", "nvidia-h100-80gb", {"limits.gpu_types": ["nvidia-l4", "nvidia-h100-80gb"]}),
+    ("gpu.machine_type", "a3-megagpu-8g", {"limits.max_usd_per_hour": 5}),
+]
+
+
+@pytest.mark.parametrize(("dotted", "value", "limit"), RAISES, ids=[d for d, _, _ in RAISES])
+def test_a_run_may_not_raise_a_cost_knob_the_file_sets_no_limit_for(local, dotted, value, limit):
+    problem = refusal(dotted, value, local)
+    assert problem and "would raise this run's cost" in problem, problem
+    for name in limit:
+        assert name in problem, (name, problem)
+    assert refusal(dotted, value, load_config(site_config(f"limits-{dotted}.yaml", **limit))) is None
+
+
+def test_lowering_a_cost_knob_needs_no_limit(local):
+    more = load_config(site_config("more-workers.yaml", **{"worker.max_num_workers": 4, "gpu.count": 2}))
+    assert refusal("worker.max_num_workers", 2, more) is None and refusal("gpu.count", 1, more) is None
+
+
+def test_lasting_deployments_false_refuses_even_a_file_that_is_persistent():
+    config = load_config(site_config("no-lasting.yaml", **{"deployment.mode": "persistent",
+                                                          "limits.lasting_deployments": False}))
+    assert "limits.lasting_deployments" in refusal("deployment.mode", "persistent", config.model_copy(
+        update={"deployment": config.deployment.model_copy(update={"mode": "ephemeral"})}))
+
+
+# -- paths: compared by segment, wildcards that cannot reach past their folder -----------------------------------------
+
+@pytest.mark.parametrize(("dotted", "path"), [
+    ("batch.input", "gs://{bucket}/gpuflo[w]/deployments/**"),
+    ("batch.input", "gs://{bucket}/{gpuflow,x}/**"),
+    ("batch.input", "gs://{bucket}/**"),
+    ("batch.input", "gs://{bucket}/gpuflow/*.jsonl"),
+    ("batch.input", "gs://{bucket}/prompts/*/x.jsonl"),
+    ("batch.input", "gs://{bucket}/prompts/?.jsonl"),
+    ("batch.input", "gs://{bucket}/prompts/[!a]x.jsonl"),
+    ("batch.input", "gs://{bucket}/gpuflow"),
+    ("export.model_dir", "gs://{bucket}/gpuflow"),
+    ("export.model_dir", "gs://{bucket}/models/*"),
+    ("batch.output", "gs://{bucket}//gpuflow/"),
+    ("batch.output", "gs://{bucket}/answers/{ds:>99}/"),
+    ("batch.output", "gs://{bucket}/answers\u202e/"),
+    ("batch.output", "gs://{bucket}/answers\u0085/"),
+    ("batch.output", "gs://{bucket}/ans\u200bwers/"),
+])
+def test_a_path_that_could_reach_gpuflows_prefix_or_hide_what_it_is_is_refused(gcp, dotted, path):
+    assert refusal(dotted, path.replace("{bucket}", gcp.bucket), gcp), path
+    assert refusal(dotted, path, gcp), path
+
+
+@pytest.mark.parametrize(("dotted", "path"), [
+    ("batch.input", "gs://{bucket}/prompts/{ds}/*.jsonl"), ("batch.input", "gs://{bucket}/*.jsonl"),
+    ("batch.input", "gs://{bucket}/gpuflo*"), ("batch.output", "gs://{bucket}/gpuflow-answers/"),
+    ("export.model_dir", "gs://{bucket}/models/flan"),
+])
+def test_a_path_in_its_own_folder_passes(gcp, dotted, path):
+    assert refusal(dotted, path, gcp) is None, refusal(dotted, path, gcp)
+
+
+def test_prefixes_are_compared_at_a_segment_boundary():
+    config = load_config(site_config("segments.yaml", "configs/gcp.example.yaml", **{
+        "allowed.images": ["us-docker.pkg.dev/acme/gpuflow"], "allowed.gcs_prefixes": ["gs://acme-answers/team"]}))
+    for image in ("us-docker.pkg.dev/acme/gpuflow-evil/x:1", "us-docker.pkg.dev/acme/gpuflow.attacker.io/x:1"):
+        assert refusal("container.image", image, config), image
+    for image in ("us-docker.pkg.dev/acme/gpuflow/l4:1", "us-docker.pkg.dev/acme/gpuflow:1"):
+        assert refusal("container.image", image, config) is None, image
+    assert refusal("batch.output", "gs://acme-answers/team-b/", config)
+    assert refusal("batch.output", "gs://acme-answers/team/day/", config) is None

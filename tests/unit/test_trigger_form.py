@@ -5,6 +5,8 @@ import pytest
 from airflow.sdk.definitions.param import ParamValidationError
 
 from gpuflow.configuration.loading import load_config
+from gpuflow.configuration.model import ConfigError
+from gpuflow.runs.run_policy import run_request
 from gpuflow.runs.trigger_form import (
     LABELS,
     RUN_SECTION,
@@ -12,7 +14,6 @@ from gpuflow.runs.trigger_form import (
     SETTINGS_SECTION,
     FormLayout,
     dag_params,
-    run_settings,
 )
 from tests.helpers import dag_forms
 
@@ -101,16 +102,24 @@ def form_values(layout) -> dict:
     return {key: param.value for key, param in dag_params(layout).items()}
 
 
+def run_config(layout, params, conf):
+    """The configuration a run of ``layout`` with ``conf`` reads (``params``: what Airflow validated), as preflight
+    builds it (``operators.base.config_from_params``, less the run policy's checks)."""
+    request = run_request(layout, [], params, conf or {})
+    return load_config(request.config_file, request.defaults, run_values=request.values)
+
+
 def test_a_run_without_conf_takes_the_configuration_file():
-    assert run_settings(STREAMING, form_values(STREAMING), None) == ("configs/local.yaml", {}, [])
-    assert run_settings(STREAMING, form_values(STREAMING), {}) == ("configs/local.yaml", {}, [])
+    for conf in (None, {}):
+        request = run_request(STREAMING, [], form_values(STREAMING), conf or {})
+        assert (request.config_file, request.values) == ("configs/local.yaml", {})
 
 
 def test_what_a_run_sends_wins_even_a_value_equal_to_the_first_files():
     """The form sends every field: each wins over the named file, which gives the keys the form does not show."""
     sent = {**form_values(STREAMING), "gpu__count": 2, "smoke_test__num_prompts": 3,
             "config_file": "configs/gcp.example.yaml"}
-    config = load_config(*run_settings(STREAMING, sent, sent))
+    config = run_config(STREAMING, sent, sent)
     assert (config.profile, config.gpu.machine_type, config.gpu.count, config.smoke_test.num_prompts) == (
         "gcp", "g2-standard-4", 2, 3)  # the profile is the named file's: no run field sets it
     gcp_file = load_config("configs/gcp.example.yaml")
@@ -121,16 +130,25 @@ def test_what_a_run_sends_wins_even_a_value_equal_to_the_first_files():
 
 def test_a_conf_that_names_the_file_alone_takes_all_of_that_files_values():
     conf = {"config_file": "configs/gcp.example.yaml"}
-    config = load_config(*run_settings(STREAMING, {**form_values(STREAMING), **conf}, conf))
-    assert config == load_config("configs/gcp.example.yaml")
+    assert run_config(STREAMING, {**form_values(STREAMING), **conf}, conf) == load_config("configs/gcp.example.yaml")
 
 
-def test_a_conf_of_single_keys_still_works():
-    conf = {"model__max_new_tokens": 7, "smoke_test__num_prompts": 4, "local__state_dir": "/tmp/x", "gpu__zone": "",
-            "pubsub__prompts_topic": "questions"}  # the last is in no form: a key the file holds, sent anyway
-    config = load_config(*run_settings(STREAMING, {**form_values(STREAMING), **conf}, conf))
-    assert (config.model.max_new_tokens, config.smoke_test.num_prompts, config.local.state_dir) == (7, 4, "/tmp/x")
-    assert config.gpu.zone is None and config.pubsub.prompts_topic == "questions"
+def test_a_conf_of_single_declared_fields_sets_those_alone():
+    conf = {"model__max_new_tokens": 7, "smoke_test__num_prompts": 4, "gpu__zone": ""}
+    config = run_config(STREAMING, {**form_values(STREAMING), **conf}, conf)
+    assert (config.model.max_new_tokens, config.smoke_test.num_prompts, config.gpu.zone) == (7, 4, None)
+    assert config.model_dump(exclude={"model", "smoke_test"}) == load_config("configs/local.yaml").model_dump(
+        exclude={"model", "smoke_test"})
+
+
+def test_a_key_the_form_does_not_declare_refuses_the_run_naming_every_such_key():
+    conf = {"model__max_new_tokens": 7, "local__state_dir": "/tmp/x", "pubsub__prompts_topic": "questions",
+            "dataproc": {"main_python_file": "/x.py"}, "project=other #": None, "model.name": "x"}
+    with pytest.raises(ConfigError) as refused:
+        run_request(STREAMING, [], {**form_values(STREAMING), **conf}, conf)
+    for key in ("local__state_dir", "pubsub__prompts_topic", "'dataproc'", "'project=other #'", "'model.name'"):
+        assert key in str(refused.value), key
+    assert "model__max_new_tokens" not in str(refused.value)
 
 
 def test_clearing_a_field_the_file_sets_clears_it(tmp_path):
@@ -139,8 +157,8 @@ def test_clearing_a_field_the_file_sets_clears_it(tmp_path):
     layout = FormLayout(str(config_file), ("profile", "bucket"), LAYOUTS["gpu_quota_report"].sections)
     values = form_values(layout)
     assert values["bucket"] == "team-bucket"
-    assert load_config(*run_settings(layout, values, values)).bucket == "team-bucket"
-    assert load_config(*run_settings(layout, {**values, "bucket": None}, {"bucket": None})).bucket is None
+    assert run_config(layout, values, values).bucket == "team-bucket"
+    assert run_config(layout, {**values, "bucket": None}, {"bucket": None}).bucket is None
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
@@ -170,3 +188,29 @@ def test_the_docs_give_each_dags_sections_in_the_forms_order():
         else:
             (section,) = sections
             assert f"`{dag_id}` shows {section}" in text, dag_id
+
+
+def test_a_cost_knobs_description_states_the_files_limit_or_that_it_has_none():
+    from tests.helpers import site_config
+
+    unlimited = dag_params(STREAMING)
+    assert "sets no limits.max_gpus: a run may not raise it above the file's value (1)" in \
+        unlimited["gpu__count"].description
+    assert "limits." not in unlimited["model__max_new_tokens"].description  # no cost knob
+    limited = FormLayout(site_config("form-limits.yaml", **{"limits.max_gpus": 8}), STREAMING.run_fields,
+                         STREAMING.sections)
+    assert "Bounded by the configuration file's limits.max_gpus = 8" in dag_params(limited)["gpu__count"].description
+
+
+def test_the_path_pattern_refuses_every_control_and_format_character_of_the_bmp():
+    """Derived from Unicode's own tables: the pattern's class is exactly the BMP's Cc and Cf characters."""
+    import re
+    import unicodedata
+
+    from gpuflow.runs.trigger_form import PATH_PATTERN, UNSAFE_BMP
+
+    unsafe = {chr(code) for code in range(0x10000) if unicodedata.category(chr(code)) in ("Cc", "Cf")}
+    in_class = {chr(code) for code in range(0x10000) if re.fullmatch(f"[{UNSAFE_BMP}]", chr(code))}
+    assert in_class == unsafe
+    assert re.match(PATH_PATTERN, "/tmp/gpuflow/answers/{ds}/")
+    assert not re.match(PATH_PATTERN, "/tmp/gpuflow/answers\u202e/") and not re.match(PATH_PATTERN, "a\u0085b")

@@ -209,3 +209,21 @@ def composer_floor() -> dict[str, Any]:
 def composer_tested_lines() -> dict[str, dict[str, Any]]:
     """The Composer lines `make test-composer LINE=…` runs gpuflow on: their pinned packages and constraints."""
     return _load("composer")["tested_lines"]
+
+
+@dataclass(frozen=True)
+class MachinePrice:
+    """A machine type's on-demand list price in a region (USD per hour, its GPUs included where the type fixes them),
+    and where it was read."""
+
+    usd_per_hour: float
+    source: str
+    read: str
+
+
+def machine_price(region: str, machine_type: str) -> MachinePrice | None:
+    """The catalog's price of ``machine_type`` in ``region`` (prices.yaml); None when no figure was read."""
+    table = _load("prices")["machines"]
+    figure = (table["regions"].get(region) or {}).get(machine_type)
+    return None if figure is None else MachinePrice(float(figure), " ".join(table["source"].split()), table["read"])
+

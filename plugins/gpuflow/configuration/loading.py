@@ -60,20 +60,31 @@ def load_config(
     config_file: str | Path | None = None,
     params: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
+    run_values: dict[str, Any] | None = None,
 ) -> GpuflowConfig:
-    """Build and validate the configuration: file, then non-empty DAG params, then ``--set`` overrides."""
+    """Build and validate the configuration: the file, then non-empty ``params`` (a DAG author's settings), then a
+    run's ``run_values`` (dotted leaf key -> value, each set as a value, None included: ``gpuflow.runs.run_policy``
+    has checked them), then ``--set`` overrides (the operator's own text).
+
+    ``source_file`` is the file's path, whatever the file or anything else says: a lasting deployment belongs to it."""
     path = resolve_config_path(config_file)
     raw = read_config_file(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys, not {type(raw).__name__}.")
+    if "source_file" in raw:
+        raise ConfigError(f"config file {path} sets source_file, which gpuflow sets itself (the file a configuration "
+                          "was read from). Fix: remove the key.")
     merged = copy.deepcopy(raw)
     for key, value in (params or {}).items():
         if key == "config_file" or value is None or value == "":
             continue
         _set_dotted(merged, param_key_to_dotted(key), value)
+    for dotted, value in (run_values or {}).items():
+        _set_dotted(merged, dotted, value)
     for assignment in overrides or []:
         key, value = parse_override(assignment)
         _set_dotted(merged, key, value)
+    merged["source_file"] = str(path.resolve())
     try:
         return GpuflowConfig.model_validate(merged)
     except ValidationError as error:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import string
+import unicodedata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -31,15 +32,33 @@ class ConfigError(ValueError):
     """A configuration problem, phrased so that the message names the field and the fix."""
 
 
-#: Control characters (newline, escape, NUL…) make a value print as two shell lines or hide what a log shows: no
-#: configuration value needs one.
+#: Control characters (newline, escape, NUL…) make a value print as two shell lines or hide what a log shows; format
+#: characters (U+202E right-to-left override, zero-width spaces…) make a log line read differently from what it is.
+#: No configuration value needs either: Unicode's categories Cc and Cf (``unsafe_character``) are refused everywhere.
+UNSAFE_CATEGORIES = ("Cc", "Cf")
+#: The ASCII control characters, for the few checks that need a regular expression (and a quick first test).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def unsafe_character(text: str) -> str | None:
+    """The first character of Unicode category Cc or Cf in ``text``, as U+XXXX; None when there is none."""
+    for character in text:
+        if unicodedata.category(character) in UNSAFE_CATEGORIES:
+            return f"U+{ord(character):04X}"
+    return None
+
+
 def _no_control_characters(value: Any) -> Any:
-    for text in value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]:
-        if isinstance(text, str) and CONTROL_CHARACTERS.search(text):
-            raise ValueError("must not hold control characters (a newline, a tab, an escape)")
+    texts = [value]
+    while texts:
+        text = texts.pop()
+        if isinstance(text, dict):
+            texts.extend([*text.keys(), *text.values()])
+        elif isinstance(text, list):
+            texts.extend(text)
+        elif isinstance(text, str) and (found := unsafe_character(text)):
+            raise ValueError(f"must not hold control characters (a newline, a tab, an escape) or format characters "
+                             f"(a right-to-left override, a zero-width space); found {found}")
     return value
 
 
@@ -543,6 +562,35 @@ class AllowedConfig(_Section):
         return [prefix if prefix.endswith("/") else prefix + "/" for prefix in value]
 
 
+class LimitsConfig(_Section):
+    """What one run may cost at most. Only the configuration file sets these (a run's conf cannot: docs/security.md).
+    A limit left empty leaves the matching knobs where the file puts them: a run may lower them, not raise them."""
+
+    max_gpus: int | None = Field(None, ge=1, description=(
+        "The most GPUs one job may hold at its peak: Dataflow's max_num_workers x gpu.count, or Dataproc's "
+        "executors (one GPU each). Empty: a run may not raise worker.max_num_workers or gpu.count above the file's."))
+    gpu_types: list[str] = Field(default_factory=list, description=(
+        "GPU types (gpu.type) and Dataproc accelerators a job may use. Empty: a run keeps the file's GPU type "
+        "(or picks gpu.type none)."))
+    max_job_hours: float | None = Field(None, gt=0, description=(
+        "The most hours a job may run: batch.job_timeout_s and dataproc.timeout_s must fit; a lasting deployment, "
+        "which runs until it is torn down, is refused. Empty: a run may not raise a timeout above the file's."))
+    lasting_deployments: bool | None = Field(None, description=(
+        "Whether a run may start a lasting deployment (deployment.mode persistent). Empty: only when the file's "
+        "own mode is persistent."))
+    max_dataproc_executors: int | None = Field(None, ge=1, description=(
+        "The most Dataproc executors a batch may ask for. Empty: a run may not raise dataproc.executor_instances "
+        "above the file's."))
+    min_poll_interval_s: float = Field(1, gt=0, description=(
+        "The shortest poll interval any setting may have (dataflow.poll_interval_s, dataproc.poll_interval_s, "
+        "batch.input_poll_interval_s, deployment.refresh_interval_s): a shared triggerer polls Google at most "
+        "this often per job."))
+    max_usd_per_hour: float | None = Field(None, gt=0, description=(
+        "The most a run's main job may cost per hour at its peak, in USD at on-demand list prices "
+        "(catalog/prices.yaml). A run whose figure is higher, or that the catalog cannot price, is refused. "
+        "Empty: no bound, and a run keeps the file's machine types."))
+
+
 class JanitorConfig(_Section):
     """gpuflow_janitor: deletes what no running DAG run and no recorded deployment owns."""
 
@@ -576,6 +624,9 @@ class GpuflowConfig(_Section):
     beam_version: str = Field("2.77.0", description="Beam version of the worker container.")
     python_version: str = Field("3.11", description="Python minor version of the worker container.")
     require_gpu: bool = Field(False, description="Fail when the workers see no GPU instead of running on CPU.")
+    source_file: str | None = Field(None, description=(
+        "Set by gpuflow, never by a file or a run: the configuration file this configuration was read from. A "
+        "lasting deployment belongs to it."))
     dataflow_service_options: list[str] = Field(
         default_factory=list,
         description=(
@@ -598,6 +649,7 @@ class GpuflowConfig(_Section):
     deployment: DeploymentConfig = DeploymentConfig()
     janitor: JanitorConfig = JanitorConfig()
     allowed: AllowedConfig = AllowedConfig()
+    limits: LimitsConfig = LimitsConfig()
     dataproc: DataprocConfig | None = Field(None, description="A Dataproc Serverless GPU batch (optional).")
 
     @property

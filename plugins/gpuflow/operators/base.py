@@ -14,30 +14,31 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
-from gpuflow.runs.trigger_form import dag_form, run_settings
+from gpuflow.runs.trigger_form import dag_form
 from gpuflow.workflow_names import GPU_POOL, LAUNCH_TASK, PREFLIGHT_TASK
 
 log = logging.getLogger(__name__)
 
 
 def config_from_params(context: Any):
-    """The run's configuration: its config file, then its Params. A bad one fails the task without retries.
+    """The run's configuration: its config file, then the fields its conf sets. A bad one fails the task without
+    retries.
 
-    What the run's conf sends is untrusted (``gpuflow.runs.run_policy``): a config_file it names must lie in configs/ or
-    the site folder, and each key it sets must be one a run may choose, checked against the file's own values."""
-    from gpuflow.configuration.loading import load_config, param_key_to_dotted
+    What the run's conf sends is untrusted (``gpuflow.runs.run_policy``): it may hold config_file and the form's
+    declared fields only; a config_file it names must lie in configs/ or the site folder, and each field it sets
+    must be one a run may choose, checked against the file's own values, each set as a value."""
+    from gpuflow.configuration.loading import load_config
     from gpuflow.configuration.model import ConfigError
-    from gpuflow.runs.run_policy import check_run_conf, trusted_config_file
+    from gpuflow.runs.run_policy import check_run_conf, run_request, trusted_config_file
 
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    config_file, changed, lines = run_settings(dag_form(context["dag"]), dict(context["params"]), conf)
+    conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
+    dag = context["dag"]
     try:
-        if conf.get("config_file"):
-            config_file = str(trusted_config_file(config_file))
-        # What the conf sent, by dotted key (a key it clears: None), checked against the file's own values.
-        sent = {param_key_to_dotted(key): changed.get(key) for key in conf if key != "config_file"}
-        check_run_conf(sent, load_config(config_file))
-        return load_config(config_file, changed, lines)
+        request = run_request(dag_form(dag), list(dag.params.keys()), dict(context["params"]), conf)
+        config_file = str(trusted_config_file(request.config_file)) if conf.get("config_file") else \
+            request.config_file
+        check_run_conf(request.values, load_config(config_file, request.defaults))
+        return load_config(config_file, request.defaults, run_values=request.values)
     except ConfigError as error:
         raise AirflowFailException(str(error)) from None
 
@@ -84,6 +85,15 @@ def fail_on_errors(findings: list, what: str) -> None:
         raise AirflowFailException(str(PreflightFailed(findings)))
 
 
+def _differing_keys(left: Any, right: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configurations' JSON (keys only: values stay out of logs)."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        keys = sorted(set(left) | set(right))
+        return [found for key in keys
+                for found in _differing_keys(left.get(key), right.get(key), f"{prefix}{key}.")]
+    return [] if left == right else [prefix.rstrip(".") or "(the whole configuration)"]
+
+
 def names_for(context: Any, config):
     from gpuflow.runs.naming import resource_names, run_prefix
 
@@ -94,14 +104,36 @@ def names_for(context: Any, config):
 ROLLOUT_KEY = "gpuflow_rollout"
 
 
-def rollout_plan(context: Any):
-    """This run's rollout plan (``gpuflow.runs.rollout.RolloutPlan``), or None when the run is ephemeral."""
-    pushed = context["ti"].xcom_pull(task_ids=PREFLIGHT_TASK, key=ROLLOUT_KEY)
-    if not pushed:
-        return None
-    from gpuflow.runs.rollout import RolloutPlan
+def rollout_plan(context: Any, config, names, conn_id: str):
+    """This run's rollout plan (``gpuflow.runs.rollout.RolloutPlan``), or None when the run is ephemeral.
 
-    return RolloutPlan.model_validate(pushed)
+    Preflight's XCom, checked as the configuration is (``trusted_config``): a plan the XCom carries must be of this
+    run's deployment, and what it says served before must be what the deployment's record says now, unless this run
+    changed the record since (promote, or a rollback). An XCom edited to point a task at another job, or deleted to
+    make a persistent run clean up as an ephemeral one would, is refused: the task does nothing."""
+    from gpuflow.platform.records import Records
+    from gpuflow.runs.rollout import RolloutPlan
+    from gpuflow.steps.deployment import rolled_back_update
+
+    pushed = context["ti"].xcom_pull(task_ids=PREFLIGHT_TASK, key=ROLLOUT_KEY)
+    persistent = config.deployment.mode == "persistent"
+    if not pushed and not persistent:
+        return None
+    refused = "preflight's rollout plan (its XCom {key!r}) {why}. This task did nothing. Fix: trigger a new run."
+    if not pushed:
+        raise AirflowFailException(refused.format(key=ROLLOUT_KEY, why="is missing from a persistent run"))
+    plan = RolloutPlan.model_validate(pushed)
+    if not persistent:
+        raise AirflowFailException(refused.format(key=ROLLOUT_KEY, why="is there, but this run is ephemeral"))
+    if plan.record is not None:
+        stored = Records(config, conn_id).read(names.serving)
+        # this run changed it since: promoted its version, or undid its update (a retry of cleanup reads that)
+        ours = stored is not None and (stored.changed_by == context["run_id"] or
+                                       plan.path == "update" and rolled_back_update(stored, plan.record))
+        if plan.record.name != names.serving or (stored != plan.record and not ours):
+            raise AirflowFailException(refused.format(
+                key=ROLLOUT_KEY, why=f"does not match deployment {names.serving}'s record"))
+    return plan
 
 
 #: The XCom that carries a deferred step's state (its job handle and what ``defer_on`` was given) to
@@ -165,11 +197,36 @@ class GpuflowStepOperator(BaseOperator):
         self.launch_task_id = launch_task_id  # cleanup: where the job handle was pushed
         self.deferrable, self.poll_interval, self.cancel_on_kill = deferrable, poll_interval, cancel_on_kill
 
-    def _in_platform(self, context: Any, step: Any, **kwargs: Any) -> Any:
+    def trusted_config(self, context: Any):
+        """The configuration this task acts on: preflight's XCom (``config_json``), checked against what preflight
+        derives again, now, from the configuration file and the run's conf (its ``derive_config``). They differ when
+        the XCom was edited after preflight (the REST API and the UI let whoever may trigger a run edit XComs and clear
+        tasks) or the file changed since: the task then refuses, having done nothing.
+
+        A task whose DAG has no gpuflow preflight upstream (a DAG of the user's own that hands it a configuration
+        some other way) acts on what it is given: that DAG's author chose it."""
         from gpuflow.configuration.loading import config_from_json
+
+        pushed = config_from_json(self.config_json)
+        preflights = [task for task in self.get_flat_relatives(upstream=True) if hasattr(task, "derive_config")]
+        if len(preflights) != 1:
+            return pushed
+        derived = preflights[0].derive_config(context)
+        theirs, ours = pushed.model_dump(mode="json"), derived.model_dump(mode="json")
+        if theirs != ours:
+            differing = _differing_keys(theirs, ours)
+            raise AirflowFailException(
+                f"the configuration this task was handed (the XCom of {preflights[0].task_id}) is not what "
+                f"{preflights[0].task_id} derives from the configuration file and this run's conf: "
+                f"{', '.join(differing[:12])}{' …' if len(differing) > 12 else ''} differ. This task did nothing. Fix: "
+                "trigger a new run. (An XCom edited after preflight is refused; so is a run whose configuration "
+                "file changed since its preflight.)")
+        return derived
+
+    def _in_platform(self, context: Any, step: Any, **kwargs: Any) -> Any:
         from gpuflow.platform import get_platform
 
-        config = config_from_json(self.config_json)
+        config = self.trusted_config(context)
         names = names_for(context, config)
         platform = get_platform(config)
         with platform.environment():

@@ -28,11 +28,16 @@ class DataprocPreflightOperator(BaseOperator):
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
+        return validated_config(self.derive_config(context), context, "dataproc", "the Dataproc batch")
+
+    @staticmethod
+    def derive_config(context: Any):
+        """The run's configuration, from the configuration file and the run's conf (``PreflightOperator``'s)."""
         config = config_from_params(context)
         if config.dataproc is None:
             raise AirflowFailException("the configuration has no dataproc section. Fix: use "
                                        "configs/dataproc.example.yaml or add a dataproc: section.")
-        return validated_config(config, context, "dataproc", "the Dataproc batch")
+        return config
 
 
 class DataprocBatchOperator(GpuflowStepOperator):
@@ -63,13 +68,12 @@ class DataprocBatchOperator(GpuflowStepOperator):
         return self.waiting_in_worker(context, lambda: self._run_batch(context))
 
     def _run_batch(self, context: Any) -> Any:
-        from gpuflow.configuration.loading import config_from_json
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.platform.console import dataproc_batch_url
         from gpuflow.steps.dataproc_batch import create_gcp_batch, run_local_batch
         from gpuflow.triggers.cancelling import CancellingDataprocBatchTrigger
 
-        config = self._config = config_from_json(self.config_json)
+        config = self._config = self.trusted_config(context)
         if not config.traits.managed_spark:
             return run_local_batch(config)
         batch_id = batch_id_for(names_for(context, config).prefix)
@@ -88,11 +92,10 @@ class DataprocBatchOperator(GpuflowStepOperator):
         self.defer_or_wait(trigger, config.dataproc.timeout_s)  # execute_complete gets its event
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-        from gpuflow.configuration.loading import config_from_json
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.steps.dataproc_batch import BatchFailed, finished_gcp_batch
 
-        config = config_from_json(self.config_json)
+        config = self.trusted_config(context)
         event = event or {}
         batch_id = event.get("batch_id") or batch_id_for(names_for(context, config).prefix)
         state = event.get("batch_state") or event.get("status", "UNKNOWN")  # the timeout's event has no batch state
@@ -124,11 +127,10 @@ class DataprocCleanupOperator(GpuflowStepOperator):
         return self.waiting_in_worker(context, lambda: self._run_batch(context))
 
     def _run_batch(self, context: Any) -> Any:
-        from gpuflow.configuration.loading import config_from_json
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.steps.dataproc_batch import delete_gcp_batch
 
-        config = config_from_json(self.config_json)
+        config = self.trusted_config(context)
         if not config.traits.managed_spark:
             log.info("local Spark batch: nothing to clean up")
             return {"deleted_batch": None}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpuflow.operators.airflow_names import AirflowException
+from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import GpuflowStepOperator, event_succeeded, rollout_plan
 from gpuflow.operators.links import DataflowConsoleLink
 from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _image_of, _pushed_handle
@@ -35,7 +35,7 @@ class PromoteOperator(GpuflowStepOperator):
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.deployment import after_replaced_job, promote
 
-        rollout = rollout_plan(context)
+        rollout = rollout_plan(context, config, names, platform.conn_id)
         if rollout is None:
             log.info("deployment.mode ephemeral: nothing to promote; cleanup deletes what the run made")
             return {"skipped": "deployment.mode ephemeral"}
@@ -56,8 +56,9 @@ class PromoteOperator(GpuflowStepOperator):
 
         log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "replaced job %s: %s", handle.name,
                 event.get("message"))
+        rollout = rollout_plan(context, config, names, platform.conn_id)
         return {**result, "replaced": handle.to_xcom(),
-                "deleted_subscriptions": after_replaced_job(config, names, platform, rollout_plan(context))}
+                "deleted_subscriptions": after_replaced_job(config, names, platform, rollout)}
 
 
 class TeardownOperator(CleanupOperator):
@@ -71,9 +72,13 @@ class TeardownOperator(CleanupOperator):
         from gpuflow.platform import JobHandle
         from gpuflow.platform.records import Records
         from gpuflow.runs.naming import DEPLOYMENT_LABEL, deployment_name
+        from gpuflow.runs.rollout import owner_problem
 
         name = deployment_name(config)
         record = Records(config, platform.conn_id).read(name)
+        problem = owner_problem(record, config, "tear down")
+        if problem:
+            raise AirflowFailException(problem + " Nothing was stopped or deleted.")
         log.info("deployment %s: %s", name, f"recorded, job {record.job_name} ({record.job['id']}), model version "
                  f"{record.model_version}" if record else "no record (stopping only what is labelled as its own)")
         # Its recorded job, and every job labelled as the deployment's: a name proves nothing (prod's prefix also

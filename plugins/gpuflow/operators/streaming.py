@@ -56,11 +56,17 @@ class PreflightOperator(BaseOperator):
         self.config_file, self.settings = config_file, settings
 
     def execute(self, context: Any) -> dict[str, Any]:
-        config = self.for_this_run(self._config(context), context)
+        config = self.derive_config(context)
         result = validated_config(config, context, self.workflow, f"run {names_for(context, config).prefix}")
         if self.workflow == "inference" and config.deployment.mode == "persistent":
             context["ti"].xcom_push(key=ROLLOUT_KEY, value=self._plan(config, context).model_dump(mode="json"))
         return result
+
+    def derive_config(self, context: Any):
+        """The run's configuration, from the configuration file and the run's conf through the run policy. Every
+        later task derives it again and compares it with this task's XCom (``GpuflowStepOperator.trusted_config``),
+        so an XCom edited after preflight acts on nothing."""
+        return self.for_this_run(self._config(context), context)
 
     def _config(self, context: Any):
         if self.config_file is None:
@@ -68,20 +74,26 @@ class PreflightOperator(BaseOperator):
         from gpuflow.configuration.loading import load_config
         from gpuflow.configuration.model import ConfigError
 
-        try:
-            return load_config(self.config_file, self.settings)  # dotted keys, as a form's Params are set
+        try:  # rendered again: a later task calls this on the DAG's own (unrendered) copy of this task
+            config_file = self.render_template(self.config_file, context)
+            settings = self.render_template(self.settings, context)
+            return load_config(config_file, settings)  # dotted keys, as a form's Params are set
         except ConfigError as error:
             raise AirflowFailException(str(error)) from None
 
     @staticmethod
     def _plan(config, context: Any):
         """A persistent deployment: which rollout path this run takes, and why (logged)."""
+        from gpuflow.configuration.model import ConfigError
         from gpuflow.platform import get_platform
         from gpuflow.steps.deployment import plan
 
         platform = get_platform(config)
         with platform.environment():
-            return plan(config, names_for(context, config), platform)
+            try:
+                return plan(config, names_for(context, config), platform)
+            except ConfigError as error:  # another configuration's deployment: refused before anything is made
+                raise AirflowFailException(str(error)) from None
 
     def for_this_run(self, config, context: Any):
         """What the run's own context fills in (the batch DAG: its dates in the paths)."""
@@ -101,7 +113,7 @@ class SetupResourcesOperator(GpuflowStepOperator):
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.resources import create_resources
 
-        rollout = rollout_plan(context)
+        rollout = rollout_plan(context, config, names, platform.conn_id)
         return create_resources(config, names, platform.conn_id,
                                 job_subscription=rollout is None or rollout.path != "weights",
                                 lease=(context["dag"].dag_id, context["run_id"]))
@@ -124,7 +136,7 @@ class QuotaCheckOperator(GpuflowStepOperator):
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.quota import QuotaTooLow, check_quota
 
-        rollout = rollout_plan(context)
+        rollout = rollout_plan(context, config, names, platform.conn_id)
         if rollout is not None and rollout.path == "weights":
             log.info("only the weights change: the running job needs no new workers, so no quota")
             return {"skipped": "weights only: no new workers"}
@@ -238,7 +250,7 @@ class VerifyGpuOperator(GpuflowStepOperator):
         if not config.uses_gpu:
             log.info("gpu.type none: the workers run on CPU, so there is no GPU to check")
             return {"gpu_found": False, "skipped": "gpu.type none: CPU workers"}
-        rollout = rollout_plan(context)
+        rollout = rollout_plan(context, config, names, platform.conn_id)
         if rollout is not None and rollout.path == "weights":
             log.info("only the weights change: the running job's workers were checked when it started")
             return {"gpu_found": None, "skipped": "weights only: the running job keeps its workers"}
@@ -286,7 +298,7 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     batch = False  # the batch DAG's run_batch: a batch job, waited for until it is done
 
     def execute_step(self, config, names, platform, context):
-        rollout = None if self.batch else rollout_plan(context)
+        rollout = None if self.batch else rollout_plan(context, config, names, platform.conn_id)
         if rollout is not None and rollout.path != "weights":  # a deployment's new job watches its pointer folder
             from gpuflow.steps.deployment import ensure_version_pointer
 
@@ -403,7 +415,7 @@ class SmokeTestOperator(GpuUsageCheck):
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.smoke import start_smoke_test
 
-        rollout = rollout_plan(context)
+        rollout = rollout_plan(context, config, names, platform.conn_id)
         state = start_smoke_test(config, names, platform.conn_id,
                                  expect_version=names.model_version if rollout is not None else None)
         self._wait_for_answers(context, config, names, state)
@@ -470,7 +482,7 @@ class CleanupOperator(GpuflowStepOperator):
         from gpuflow.steps.cleanup import request_stops
 
         pushed, keep = _pushed_handle(context, self.launch_task_id), None
-        if names.deployment and (rollout := rollout_plan(context)) is not None:
+        if names.deployment and (rollout := rollout_plan(context, config, names, platform.conn_id)) is not None:
             from gpuflow.platform.records import Records
             from gpuflow.steps.deployment import roll_back
 

@@ -32,6 +32,7 @@ from gpuflow.preflight.gpu_rules import (
     streaming_right_fitting_autoscales,
 )
 from gpuflow.preflight.image_rules import IMAGE_RULES, export_lock
+from gpuflow.preflight.limit_rules import limit_findings
 from gpuflow.preflight.pool_rules import PoolReader, pool_findings
 
 Rule = Callable[[GpuflowConfig], Iterator[Finding]]
@@ -252,6 +253,7 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
         rules = [functools.partial(region_offers_gpu_now, zones_offering=zones_offering) if rule is region_offers_gpu
                  else rule for rule in rules]
     findings = [finding for rule in rules for finding in rule(config)]
+    findings += limit_findings(config, workflow)
     if access is not None:
         findings += access_findings(config, workflow, access)
     if gpu_pool is not None:

@@ -23,6 +23,13 @@ OUTPUT_STEMS = ("responses", "dead_letters", SUCCESS_FILE, "summary")
 GPUFLOW_PREFIX = "gpuflow/"
 
 
+def under_prefix(path: str, prefix: str) -> bool:
+    """``path`` lies in the folder ``prefix`` names, compared at a segment boundary: ``gs://b/answers`` is in
+    ``gs://b/answers/`` and ``gs://b/answers``; ``gs://b/answers-evil/`` in neither."""
+    folder = prefix if prefix.endswith("/") else prefix + "/"
+    return path.startswith(folder) or path == folder.rstrip("/")
+
+
 def is_gpuflow_output(file_name: str) -> bool:
     return file_name.startswith(OUTPUT_STEMS)
 
@@ -58,7 +65,7 @@ def fill_batch_paths(config: GpuflowConfig, fields: dict[str, str]) -> GpuflowCo
                               "trigger the run with a logical date, or set batch.* to paths without dates.")
         filled[key] = template.format_map(known)
     for key in ("output", "dead_letter_output"):
-        if config.bucket and filled[key].startswith(f"gs://{config.bucket}/{GPUFLOW_PREFIX}"):
+        if config.bucket and under_prefix(filled[key], f"gs://{config.bucket}/{GPUFLOW_PREFIX}"):
             raise ConfigError(f"batch.{key} {filled[key]!r} lies under gpuflow's own prefix (gs://{config.bucket}/"
                               f"{GPUFLOW_PREFIX}: run folders, deployments, leases). Fix: pick another folder.")
     return config.model_copy(update={"batch": config.batch.model_copy(update=filled)})

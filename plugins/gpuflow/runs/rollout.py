@@ -66,6 +66,18 @@ class DeploymentRecord(BaseModel):
     changed_at: float = Field(default_factory=time.time)
     changed_by: str = ""  # the DAG run that made this the deployment's state
     url: str | None = None  # the job's console page
+    config_file: str = ""  # the configuration file the deployment was made from: only a run of it may change it
+
+
+def owner_problem(record: DeploymentRecord | None, config: GpuflowConfig, what: str) -> str | None:
+    """Why a run of ``config`` may not change (``what``: roll out onto, tear down) the deployment ``record`` names:
+    a deployment belongs to the configuration file it was made from, so one team cannot act on another's through
+    its own file. A record from before gpuflow wrote owners (none named) may be changed, and then names this file."""
+    if record is None or not record.config_file or record.config_file == config.source_file:
+        return None
+    return (f"deployment {record.name} was made from the configuration file {record.config_file}, and this run's is "
+            f"{config.source_file}: a run may {what} only a deployment of its own configuration file. Fix: trigger "
+            f"the run with config_file {record.config_file} (its owners' file), or pick another deployment.name.")
 
 
 class RolloutPlan(BaseModel):

@@ -14,11 +14,12 @@ refused run has created nothing.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuflow.configuration.model import (
-    CONTROL_CHARACTERS,
     DEMO_MODELS,
     DEPLOYMENT_NAME,
     REGION,
@@ -26,9 +27,11 @@ from gpuflow.configuration.model import (
     ConfigError,
     GpuflowConfig,
     has_dot_segment,
+    unsafe_character,
 )
 from gpuflow.paths import project_path, site_dir
-from gpuflow.runs.batch_paths import GPUFLOW_PREFIX
+from gpuflow.runs.batch_paths import GPUFLOW_PREFIX, TEMPLATE_FIELDS, under_prefix
+from gpuflow.runs.trigger_form import COST_KNOBS
 
 #: The field types a run may set freely: a number or a switch changes how much, never what runs or what is deleted.
 KNOB_TYPES = {"integer", "number", "boolean", "null"}
@@ -78,6 +81,32 @@ _NAME_FORMATS = {
     "container.flex_launcher_tag": r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
 }
 
+def _raises(dotted: str, value: Any, file_value: Any) -> bool:
+    if dotted == "deployment.mode":
+        return value == "persistent" and file_value != "persistent"
+    if dotted == "gpu.type" and value == "none":
+        return False  # CPU workers: no GPU at all
+    if isinstance(value, int | float) and isinstance(file_value, int | float):
+        return value > file_value
+    return value != file_value
+
+
+def _cost_problem(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    limits = COST_KNOBS.get(dotted)
+    if limits is None:
+        return None
+    unset = [name for name in limits if getattr(base.limits, name) in (None, [])]
+    if dotted == "deployment.mode" and base.limits.lasting_deployments is False:
+        unset = ["lasting_deployments"]  # false: no run may, whatever the file's mode
+    file_value = _value_of(base, dotted)
+    if not unset or not _raises(dotted, value, file_value):
+        return None
+    return (f"{dotted}: {_shown(value)} would raise this run's cost above the configuration file's "
+            f"({_shown(file_value)}), and the file sets no limit that allows it ({', '.join('limits.' + name for name in unset)}"
+            f" is empty). Fix: keep {dotted} at the file's value or below; to allow more, set "
+            f"{' and '.join('limits.' + name for name in unset)} in the configuration file (docs/security.md).")
+
+
 #: Folders a run may point somewhere, within bounds (``path_problem``).
 PATH_KEYS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
 
@@ -116,7 +145,8 @@ def refusal(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
         return None  # what the file says already: the form sends every field it shows
     types = _field_types(dotted)
     if types is None:
-        return None  # not a configuration key: the configuration model refuses it by name
+        return (f"{dotted}: no field of the configuration a run may set. Fix: leave it out of the run's conf "
+                "(docs/configuration.md lists the fields).")
     kinds, choice = types
     reason = SITE_ONLY.get(dotted) or _WHY.get(dotted)
     checker = _CHECKS.get(dotted)
@@ -126,7 +156,7 @@ def refusal(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
         return (f"{dotted}: only the configuration file sets it ({reason}). Fix: leave it out of the run's conf; "
                 "to change it, change the configuration file, or name another file under configs/ or the site "
                 "folder as config_file (docs/security.md).")
-    return checker(dotted, value, base) if checker else None
+    return (checker(dotted, value, base) if checker else None) or _cost_problem(dotted, value, base)
 
 
 def _value_of(config: GpuflowConfig, dotted: str) -> Any:
@@ -151,11 +181,20 @@ def _model(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
 
 
 def _image(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
-    if value in (None, "") or isinstance(value, str) and any(value.startswith(p) for p in base.allowed.images):
+    if value in (None, "") or isinstance(value, str) and any(image_under(value, p) for p in base.allowed.images):
         return None
     return (f"container.image: {_shown(value)} does not start with an image prefix this deployment allows "
             f"({', '.join(base.allowed.images) or 'none: runs build their image from the recipe'}). Fix: leave it "
             "empty, or list its prefix under allowed.images in the configuration file.")
+
+
+def image_under(image: str, prefix: str) -> bool:
+    """``image`` lies in the repository or folder ``prefix`` names: the prefix ends at a path segment, or the image's
+    own name goes on with its tag (':') or digest ('@'). ``…/acme/gpuflow`` allows ``…/acme/gpuflow/l4:1`` and
+    ``…/acme/gpuflow:1``, never ``…/acme/gpuflow-evil/x:1`` or ``…/acme/gpuflow.attacker.io/x:1``."""
+    if prefix.endswith("/"):
+        return image.startswith(prefix)
+    return image == prefix or image.startswith(prefix) and image[len(prefix)] in "/:@"
 
 
 def _recipe(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
@@ -169,22 +208,61 @@ def _recipe(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
 def _path(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
     if value in (None, "") and dotted == "export.model_dir":
         return None
-    problem = path_problem(str(value), base)
+    problem = path_problem(str(value), base, dotted)
     return f"{dotted}: {problem}" if problem else None
 
 
-def path_problem(path: str, base: GpuflowConfig) -> str | None:
-    """Why a run may not read or write ``path``: a gs:// path must lie in the bucket (not under gpuflow's own prefix) or
-    an allowed prefix; a local path (local profile) under local.state_dir; neither with a '.' or '..' segment."""
+#: Beam expands a glob with FileSystem.translate_pattern (apache_beam/io/filesystem.py): ``*`` matches within a path
+#: segment, but ``**`` matches across them, ``?`` matches any character ('/' included), and ``[...]`` any character it
+#: lists or does not exclude ('/' included). GCS's matchGlob reads braces as alternatives. So a run's input may hold
+#: single ``*`` only, and only in its last segment, where it cannot reach into another folder.
+GLOB_CHARACTERS = "*?[]{}\\"
+
+
+def _glob_problem(path: str, dotted: str) -> str | None:
+    """Why ``path``'s wildcards could reach beyond its own folder: gpuflow's placeholders ({bucket}, {ds}…) are no
+    wildcards; single ``*`` in the last segment of batch.input is the only one allowed."""
+    literal = path
+    for name in TEMPLATE_FIELDS:
+        literal = literal.replace("{" + name + "}", "x")
+    if not any(character in GLOB_CHARACTERS for character in literal):
+        return None
+    if dotted != "batch.input":
+        return (f"it holds a wildcard or brace ({GLOB_CHARACTERS} beyond gpuflow's placeholders "
+                f"{', '.join('{' + name + '}' for name in TEMPLATE_FIELDS)}), and {dotted} is a folder. Fix: write the "
+                "folder's own path.")
+    folder, _, last = literal.rpartition("/")
+    if any(character in GLOB_CHARACTERS for character in folder):
+        return ("it holds a wildcard before its last segment, which would match folders the run may not read. Fix: "
+                "write the folder in full and put the wildcard in the file name only (e.g. .../prompts/{ds}/*.jsonl).")
+    if "**" in last or any(character in "?[]{}\\" for character in last):
+        return ("its file name holds '**', '?', '[...]', a brace or a backslash, which can match '/' and so reach "
+                "other folders (Beam's FileSystem.translate_pattern; GCS's matchGlob). Fix: use single '*' only "
+                "(e.g. *.jsonl).")
+    return None
+
+
+def path_problem(path: str, base: GpuflowConfig, dotted: str = "batch.output") -> str | None:
+    """Why a run may not read or write ``path``: a gs:// path must lie in the bucket (not in or under gpuflow's own
+    prefix) or an allowed prefix, each compared at a segment boundary; a local path (local profile) under
+    local.state_dir; neither with a '.' or '..' segment, an empty segment, a control or format character, or a
+    wildcard that could reach beyond its folder (``_glob_problem``)."""
     shown = _shown(path)
-    if has_dot_segment(path) or CONTROL_CHARACTERS.search(path):
-        return f"{shown} holds a '.' or '..' segment or a control character. Fix: write the folder's full path."
+    if has_dot_segment(path) or unsafe_character(path):
+        return (f"{shown} holds a '.' or '..' segment or a control or format character. Fix: write the folder's "
+                "full path in plain characters.")
+    if "//" in path.removeprefix("gs://"):
+        return f"{shown} holds an empty segment ('//'). Fix: write the folder's full path."
+    glob = _glob_problem(path, dotted)
+    if glob:
+        return f"{shown}: {glob}"
     if path.startswith("gs://"):
         buckets = [f"gs://{name}/" for name in {base.bucket, "{bucket}"} if name]
-        if any(path.startswith(bucket + GPUFLOW_PREFIX) for bucket in buckets):
-            return (f"{shown} lies under gpuflow's own prefix ({GPUFLOW_PREFIX}: run folders, deployments, leases). "
-                    "Fix: pick another folder of the bucket.")
-        if any(path.startswith(prefix) for prefix in [*buckets, *base.allowed.gcs_prefixes]):
+        literal = path.split("*", 1)[0]
+        if any(under_prefix(literal, bucket + GPUFLOW_PREFIX) for bucket in buckets):
+            return (f"{shown} lies in or under gpuflow's own prefix ({GPUFLOW_PREFIX}: run folders, deployments, "
+                    "leases). Fix: pick another folder of the bucket.")
+        if any(under_prefix(path, prefix) for prefix in [*buckets, *base.allowed.gcs_prefixes]):
             return None
         return (f"{shown} is outside the bucket and the prefixes this deployment allows "
                 f"({', '.join([*buckets, *base.allowed.gcs_prefixes]) or 'none'}). Fix: use a folder there, or list "
@@ -210,6 +288,53 @@ _CHECKS = {
     "container.image": _image,
     "container.recipe": _recipe,
 }
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a run's conf asks for, as values: the configuration file it reads, and each declared field it sets."""
+
+    config_file: str | None  # None: the DAG's default (a DAG of the user's own without a config_file Param)
+    values: dict[str, Any]  # dotted config key -> the value the run sends (None clears the file's value)
+    defaults: dict[str, Any] = field(default_factory=dict)  # a DAG of the user's own: its author's non-empty Params
+
+
+def run_request(layout: Any, declared_params: Collection[str], params: Mapping[str, Any],
+                conf: Mapping[str, Any]) -> RunRequest:
+    """The run's conf, held to its DAG's declared fields: ``config_file`` and the fields its form declares (a DAG of
+    the user's own: its declared Params), each with the value Airflow validated against the field's schema. Any other
+    key (a section, a key holding '=' or '.', a field the form does not show) refuses the run, every such key named
+    in one message. No value is ever read as text: each is set on its own field (``load_config(run_values=…)``).
+
+    ``layout``: the DAG's ``trigger_form.FormLayout``, or None for a DAG of the user's own."""
+    from gpuflow.runs.trigger_form import declared_fields
+
+    if layout is None:
+        declared = {key: key.replace("__", ".") for key in declared_params if key != "config_file"}
+    else:
+        declared = declared_fields(layout)
+    undeclared = [key for key in conf if key != "config_file" and key not in declared]
+    if undeclared:
+        raise ConfigError(
+            f"this run's conf holds {len(undeclared)} key(s) its DAG does not declare: "
+            f"{', '.join(_shown(key) for key in undeclared)}. A run's conf may hold config_file and the fields of "
+            "the DAG's trigger form (each by its own name, e.g. gpu__count), nothing else. Fix: remove them; what the "
+            "form does not show is the configuration file's to set (docs/security.md).")
+    named = conf.get("config_file")
+    if named is not None and not isinstance(named, str):
+        raise ConfigError(f"config_file {_shown(named)} is not a path. Fix: name a YAML file under configs/ or the "
+                          "site folder.")
+    values = {}
+    for key in conf:
+        if key != "config_file":
+            value = params.get(key, conf[key])
+            if value != "":  # an empty text field: the file's value
+                values[declared[key]] = value
+    defaults = {} if layout is not None else {
+        key: value for key, value in params.items()
+        if key not in conf and key != "config_file" and value not in (None, "")}
+    config_file = named or (layout.config_file if layout is not None else params.get("config_file") or None)
+    return RunRequest(config_file, values, defaults)
 
 
 def check_run_conf(sent: dict[str, Any], base: GpuflowConfig) -> None:

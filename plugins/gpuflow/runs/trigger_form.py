@@ -7,7 +7,7 @@ type, its choices and its bounds, so that the form (and the REST API, with a 400
 run starts. Keys nobody sets per run (topic names, poll intervals, list- and map-valued settings) are not in the
 form: they stay in the configuration file, whose path the form shows.
 
-What a run sends wins (``run_settings``), even a value equal to the file's; a key it does not send comes from the
+What a run sends wins (``gpuflow.runs.run_policy.run_request``), even a value equal to the file's; a key it does not send comes from the
 configuration file. The form sends every field it shows, so a run triggered from it uses those values, and the
 file gives the rest; a REST conf that names single keys (``{"model__max_new_tokens": 8}``), or ``config_file``
 alone, changes only those.
@@ -20,7 +20,6 @@ only: no pydantic model, no provider, nothing heavy.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -90,6 +89,35 @@ LABELS = {
     "batch.input_wait_s": "Input wait (s)",
     "batch.job_timeout_s": "Job timeout (s)",
 }
+
+
+#: The knobs that raise what a run costs, each with the limits (``limits.*``, the configuration file's) that let a run
+#: raise it: without them, a run may lower the knob, or keep the file's value, never raise it
+#: (``gpuflow.runs.run_policy``); with them, preflight checks the run against those limits
+#: (``gpuflow.preflight.limit_rules``). Each such field's description in the form says which, with the file's values.
+COST_KNOBS = {
+    "worker.max_num_workers": ("max_gpus",),
+    "gpu.count": ("max_gpus",),
+    "dataproc.executor_instances": ("max_dataproc_executors",),
+    "deployment.mode": ("lasting_deployments",),
+    **dict.fromkeys(("batch.job_timeout_s", "dataproc.timeout_s", "smoke_test.timeout_s",
+                     "deployment.rollout_timeout_s", "batch.input_wait_s"), ("max_job_hours",)),
+    **dict.fromkeys(("gpu.type", "dataproc.accelerator"), ("gpu_types",)),
+    **dict.fromkeys(("gpu.machine_type", "worker.machine_type"), ("max_usd_per_hour",)),
+}
+
+
+def _cost_note(dotted: str, values: dict[str, Any]) -> str:
+    """What the form says of a cost knob's bound: the configuration file's limits, or that there is none."""
+    limits = COST_KNOBS.get(dotted)
+    if not limits:
+        return ""
+    set_ = {name: values.get(f"limits.{name}") for name in limits}
+    if all(value not in (None, []) for value in set_.values()):
+        shown = ", ".join(f"limits.{name} = {value}" for name, value in set_.items())
+        return f" Bounded by the configuration file's {shown}."
+    return (f" The configuration file sets no {' or '.join('limits.' + name for name in limits)}: a run may not raise "
+            f"it above the file's value ({values.get(dotted)}).")
 
 
 class Section:
@@ -201,13 +229,19 @@ def form_values(layout: FormLayout) -> dict[str, Any]:
 SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 
 
-#: The paths a run may name: no '.' or '..' segment and no control character, said in the schema, so that the form
-#: and the REST API (a 400) refuse them before a run exists; ``gpuflow.runs.run_policy`` checks the rest in preflight.
-PATH_PATTERN = r"^(?!(.*/)?\.\.?(/|$))[^\x00-\x1f\x7f]*$"
+#: The characters of Unicode's categories Cc and Cf in the Basic Multilingual Plane, as a regular expression's class
+#: that Python's re and the browser's both read (a test derives the set from unicodedata and compares). The
+#: configuration model refuses every Cc and Cf character, those beyond the BMP included.
+UNSAFE_BMP = (r"\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+              r"\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb")
+#: The paths a run may name: no '.' or '..' segment and no control or format character, said in the schema, so that
+#: the form and the REST API (a 400) refuse them before a run exists; ``gpuflow.runs.run_policy`` checks the rest in
+#: preflight.
+PATH_PATTERN = r"^(?!(.*/)?\.\.?(/|$))[^" + UNSAFE_BMP + r"]*$"
 PATH_FIELDS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
 
 
-def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
+def _field_param(dotted: str, value: Any, values: dict[str, Any], section: str | None = None) -> Param:
     schema = _field_schemas()[dotted]
     extra = {name: schema[name] for name in ("enum", "minimum", "maximum", "exclusiveMinimum") if name in schema}
     if dotted in PATH_FIELDS:
@@ -216,17 +250,17 @@ def _field_param(dotted: str, value: Any, section: str | None = None) -> Param:
     if section:
         extra["section"] = section
     return Param(value, type=schema["type"], title=LABELS.get(dotted, dotted),
-                 description=f"{dotted}: {schema['description']}", **extra)
+                 description=f"{dotted}: {schema['description']}{_cost_note(dotted, values)}", **extra)
 
 
 def dag_params(layout: FormLayout) -> dict[str, Param]:
     """The trigger form of one DAG: per-run fields, then each section's typed fields, then the config file."""
     values = form_values(layout)
-    params = {dotted.replace(".", "__"): _field_param(dotted, values[dotted]) for dotted in layout.run_fields}
+    params = {dotted.replace(".", "__"): _field_param(dotted, values[dotted], values) for dotted in layout.run_fields}
     for title in layout.sections:
         for dotted in SECTIONS[title].keys:
             if dotted not in layout.run_fields:
-                params[dotted.replace(".", "__")] = _field_param(dotted, values[dotted], section=title)
+                params[dotted.replace(".", "__")] = _field_param(dotted, values[dotted], values, section=title)
     params["config_file"] = Param(
         layout.config_file, type="string", title="Configuration file", section=SETTINGS_SECTION,
         pattern=PATH_PATTERN, **{"$schema": SCHEMA_DIALECT},
@@ -253,24 +287,9 @@ def attach_trigger_form(dag: Any, layout: FormLayout) -> None:
     setattr(dag, FORM_ATTRIBUTE, layout)
 
 
-def run_settings(layout: FormLayout | None, params: Mapping[str, Any],
-                 conf: Mapping[str, Any] | None) -> tuple[str | None, dict[str, Any], list[str]]:
-    """What a run asks for: (config file, the Params it sends, ``key=`` lines for the keys it clears).
-
-    What the run sends (its conf) wins, even a value equal to the file's; every other key comes from the
-    configuration file. The values are the Params' (validated against the form), the keys the conf's.
-    A DAG of the user's own (no layout) counts every Param that is not empty.
-    """
-    if layout is None:
-        sent = {key: value for key, value in params.items() if value not in (None, "")}
-        return sent.pop("config_file", None), sent, []
-    sent = {key: params.get(key, value) for key, value in (conf or {}).items()}
-    config_file = sent.pop("config_file", None) or layout.config_file
-    changed: dict[str, Any] = {}
-    lines: list[str] = []
-    for key, value in sent.items():
-        if value is None:  # clears a key the file sets: as a line it reaches the model as None
-            lines.append(f"{key.replace('__', '.')}=")
-        else:
-            changed[key] = value
-    return config_file, changed, lines
+def declared_fields(layout: FormLayout) -> dict[str, str]:
+    """The fields a DAG's form declares, as the conf names them (``gpu__count``) -> their dotted config key; the form's
+    ``config_file`` is not among them. A run's conf may hold these and ``config_file``, nothing else
+    (``gpuflow.runs.run_policy.run_request``)."""
+    keys = [*layout.run_fields, *(key for title in layout.sections for key in SECTIONS[title].keys)]
+    return {dotted.replace(".", "__"): dotted for dotted in keys}

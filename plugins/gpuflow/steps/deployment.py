@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuflow.configuration.model import GpuflowConfig
+from gpuflow.configuration.model import ConfigError, GpuflowConfig
 from gpuflow.platform import JobBackend, JobHandle
 from gpuflow.platform.records import Records
 from gpuflow.runs.naming import (
@@ -18,7 +18,7 @@ from gpuflow.runs.naming import (
     deployment_prefix,
     owned_by_deployment,
 )
-from gpuflow.runs.rollout import DeploymentRecord, RolloutPlan, job_options, plan_rollout
+from gpuflow.runs.rollout import DeploymentRecord, RolloutPlan, job_options, owner_problem, plan_rollout
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,9 @@ def expected_image(config: GpuflowConfig, names: ResourceNames) -> str:
 def plan(config: GpuflowConfig, names: ResourceNames, platform: JobBackend) -> RolloutPlan:
     """Which path this run takes, from the deployment's record and whether its job still runs."""
     record = Records(config, platform.conn_id).read(names.serving)
+    problem = owner_problem(record, config, "roll out onto")
+    if problem:
+        raise ConfigError(problem)
     running = record is not None and platform.job_running(JobHandle.model_validate(record.job))
     rollout = plan_rollout(config, record, expected_image(config, names), running)
     log.info("deployment %s: %s. %s", names.deployment, rollout.path, rollout.why)
@@ -86,7 +89,8 @@ def promote(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, r
         name=names.serving, job=handle.to_xcom(), job_name=handle.name,
         subscription=rollout.served.subscription if rollout.path == "weights" else names.prompts_subscription,
         image=image, model_version=names.model_version, model_dir_uri=names.model_dir_uri,
-        state_dict_uri=names.state_dict_uri, options=job_options(config), changed_by=run_id, url=handle.url)
+        state_dict_uri=names.state_dict_uri, options=job_options(config), changed_by=run_id, url=handle.url,
+        config_file=config.source_file or "")
     Records(config, platform.conn_id).write(record, expected=rollout.record)
     if rollout.path != "replace" or rollout.record is None:
         return None
