@@ -359,7 +359,9 @@ def test_an_xcom_edited_through_the_rest_api_then_a_cleared_task_acts_on_nothing
     log = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/batch/logs/{batch['try_number']}",
                            params={"full_content": True}).text
     assert batch["state"] == "failed" and "is not what preflight derives" in log, log[-2000:]
-    assert "dataproc.args" in log and "dataproc.main_python_file" in log
+    # 3.3 stores the edited value as the object it was sent as, and the message names what differs; 3.1.8 stores it
+    # as text, which is no configuration at all
+    assert "dataproc.args" in log and "dataproc.main_python_file" in log or "not a configuration at all" in log
     assert not marker.exists()
 
 

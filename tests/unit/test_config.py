@@ -133,3 +133,14 @@ def test_an_unreadable_or_binary_config_file_is_named_without_its_text(tmp_path)
     assert SECRET not in str(error.value)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_config(tmp_path)  # a folder
+
+
+def test_a_project_number_in_place_of_the_id_names_the_fix(tmp_path):
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.configuration.model import ConfigError
+
+    config_file = tmp_path / "numbered.yaml"
+    config_file.write_text("profile: gcp\nproject: 123456789012\n")
+    with pytest.raises(ConfigError, match=r"project: 123456789012 is a project number; gpuflow needs the project id"
+                                          r".*gcloud projects describe 123456789012"):
+        load_config(config_file)

@@ -85,3 +85,13 @@ def test_a_worker_service_account_that_is_no_email_fails_and_the_fix_clears_it(a
         fixed = re.search(r"NAME@(\S+)", findings[0].fix).group(0).replace("NAME", "gpuflow-worker")
         assert not [f for f in run_preflight(gcp_test_config(f"dataflow.service_account={fixed}"),
                                              check_environment=False) if f.field == "dataflow.service_account"]
+
+
+def test_a_dotted_bucket_name_warns_that_it_needs_domain_verification_at_any_length():
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.preflight import run_preflight
+
+    for bucket, warned in (("a.b.example.com", True), ("ab.cd", True), ("team-bucket", False)):
+        config = load_config("configs/gcp.example.yaml", overrides=[f"bucket={bucket}"])
+        fields = {f.field for f in run_preflight(config, check_environment=False) if f.level == "warning"}
+        assert ("bucket" in fields) is warned, bucket

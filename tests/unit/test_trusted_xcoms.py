@@ -16,6 +16,15 @@ from tests.helpers import site_config
 pytestmark = pytest.mark.timeout(60)
 
 
+class Dag:
+    """What rollout_plan reads of the DAG: its preflight task, that of a streaming DAG."""
+
+    def __init__(self):
+        from gpuflow.operators.streaming import PreflightOperator
+
+        self.task_dict = {"preflight": PreflightOperator(task_id="preflight")}
+
+
 class PushedBy:
     """A task instance whose XCom pull answers what preflight pushed (or what someone edited it into)."""
 
@@ -44,7 +53,7 @@ def deployment(tmp_path):
 def test_the_plan_preflight_pushed_is_read(deployment):
     config, names, record = deployment
     plan = RolloutPlan(path="weights", why="w", record=record)
-    context = {"ti": PushedBy(plan.model_dump(mode="json")), "run_id": "manual__now"}
+    context = {"ti": PushedBy(plan.model_dump(mode="json")), "run_id": "manual__now", "dag": Dag()}
     assert rollout_plan(context, config, names, "unused") == plan
 
 
@@ -61,7 +70,7 @@ def test_an_edited_plan_is_refused(deployment, edit):
     else:
         config = config.model_copy(update={"deployment": config.deployment.model_copy(update={"mode": "ephemeral"})})
     with pytest.raises(AirflowFailException, match="This task did nothing"):
-        rollout_plan({"ti": PushedBy(plan), "run_id": "manual__now"}, config, names, "unused")
+        rollout_plan({"ti": PushedBy(plan), "run_id": "manual__now", "dag": Dag()}, config, names, "unused")
 
 
 def test_a_deployment_belongs_to_its_configuration_file(deployment):

@@ -92,6 +92,13 @@ def machine_spec(name: str) -> MachineSpec | None:
     return None
 
 
+def n1_caps(gpu: str, count: int) -> tuple[int, float] | None:
+    """The most vCPUs and GB of memory an N1 machine may have with ``count`` GPUs of type ``gpu``; None where the
+    catalog holds no figure (gpus.yaml, n1_caps)."""
+    caps = _load("gpus")["machine_types"]["n1_caps"]["limits"].get(gpu, {}).get(count)
+    return (caps[0], caps[1]) if caps else None
+
+
 def fixed_gpu_machine_types(gpu: str) -> list[str]:
     return [name for name, row in _load("gpus")["machine_types"]["fixed"].items() if row[0] == gpu]
 

@@ -48,6 +48,10 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
         field = ".".join(str(part) for part in item["loc"]) or "(root)"
         if item["type"] == "extra_forbidden":
             lines.append(f"  {field}: unknown key. Fix: remove it or check its spelling against docs/configuration.md.")
+        elif field == "project" and isinstance(item.get("input"), int):
+            lines.append(f"  project: {item['input']} is a project number; gpuflow needs the project id. Fix: set "
+                         f"project to the id that `gcloud projects describe {item['input']} "
+                         "--format='value(projectId)'` prints.")
         elif item["type"] == "string_type" and item.get("input") in (None, ""):
             lines.append(f"  {field}: must not be empty. Fix: set {field} to a value, or leave the key out for "
                          "its default.")

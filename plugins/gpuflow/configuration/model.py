@@ -74,9 +74,10 @@ class _Section(BaseModel):
 def _bucket_rule(name: str) -> str:
     """Cloud Storage's bucket name requirements (cloud.google.com/storage/docs/naming-buckets, "Bucket name
     requirements"): lowercase letters, digits, '-', '_' and '.'; a letter or digit first and last; 3-63 characters
-    (gpuflow takes none of the longer dotted names, up to 222, which need domain verification); not an IP address in
-    dotted-decimal notation; not starting with "goog"; not containing "google" (nor a close misspelling, which
-    gpuflow cannot list)."""
+    (gpuflow takes none of the longer dotted names, up to 222); not an IP address in dotted-decimal notation; not
+    starting with "goog"; not containing "google" (nor a close misspelling, which gpuflow cannot list). A name with a
+    dot, at any length, can be created only by an owner of its domain ("Bucket names containing dots require
+    verification", the same page): preflight warns (``rules.dotted_bucket_needs_verification``)."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", name) or ".." in name:
         raise ValueError("must be a GCS bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting and "
                          "ending with a letter or digit")

@@ -57,6 +57,9 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
     from gpuflow.preflight import run_preflight
     from gpuflow.runs.task_timeouts import too_short_for
 
+    log.info("configuration: %s (profile %s, project %s, region %s)", config.source_file, config.profile,
+             config.project, config.region)
+
     short = too_short_for(config, context["dag"])
     if short:
         raise AirflowFailException(
@@ -116,7 +119,9 @@ def rollout_plan(context: Any, config, names, conn_id: str):
     from gpuflow.steps.deployment import rolled_back_update
 
     pushed = context["ti"].xcom_pull(task_ids=PREFLIGHT_TASK, key=ROLLOUT_KEY)
-    persistent = config.deployment.mode == "persistent"
+    # A lasting deployment's run: its preflight plans the rollout (the batch DAG's preflight plans none)
+    preflight = context["dag"].task_dict.get(PREFLIGHT_TASK) if "dag" in context else None
+    persistent = config.deployment.mode == "persistent" and getattr(preflight, "workflow", None) == "inference"
     if not pushed and not persistent:
         return None
     refused = "preflight's rollout plan (its XCom {key!r}) {why}. This task did nothing. Fix: trigger a new run."
@@ -205,16 +210,21 @@ class GpuflowStepOperator(BaseOperator):
 
         A task whose DAG has no gpuflow preflight upstream (a DAG of the user's own that hands it a configuration
         some other way) acts on what it is given: that DAG's author chose it."""
+        from pydantic import ValidationError
+
         from gpuflow.configuration.loading import config_from_json
 
-        pushed = config_from_json(self.config_json)
         preflights = [task for task in self.get_flat_relatives(upstream=True) if hasattr(task, "derive_config")]
         if len(preflights) != 1:
-            return pushed
+            return config_from_json(self.config_json)
         derived = preflights[0].derive_config(context)
-        theirs, ours = pushed.model_dump(mode="json"), derived.model_dump(mode="json")
+        ours = derived.model_dump(mode="json")
+        try:
+            theirs = config_from_json(self.config_json).model_dump(mode="json")
+        except ValidationError:  # not even a configuration (an XCom rewritten as text, say): nothing matches
+            theirs = {}
         if theirs != ours:
-            differing = _differing_keys(theirs, ours)
+            differing = _differing_keys(theirs, ours) if theirs else ["(not a configuration at all)"]
             raise AirflowFailException(
                 f"the configuration this task was handed (the XCom of {preflights[0].task_id}) is not what "
                 f"{preflights[0].task_id} derives from the configuration file and this run's conf: "

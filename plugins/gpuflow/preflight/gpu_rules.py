@@ -66,6 +66,11 @@ def machine_type_fits_gpu(config: GpuflowConfig) -> Iterator[Finding]:
     elif gpu.counts and config.gpu.count not in gpu.counts:
         yield error("gpu.count", f"{gpu.name} on N1 comes in counts {list(gpu.counts)}, not {config.gpu.count}",
                     f"set gpu.count to one of {list(gpu.counts)}")
+    elif (caps := catalog.n1_caps(gpu.name, config.gpu.count)) and (
+            machine.vcpus > caps[0] or machine.memory_gb > caps[1]):
+        yield error("gpu.machine_type", f"{machine.name} ({machine.vcpus} vCPUs, {machine.memory_gb:g} GB) is above "
+                    f"what an N1 machine with {config.gpu.count} {gpu.name} may have: {caps[0]} vCPUs and "
+                    f"{caps[1]} GB", f"use an N1 machine type within those, e.g. n1-standard-{min(caps[0], 8)}")
 
 
 def service_options_well_formed(config: GpuflowConfig) -> Iterator[Finding]:
@@ -201,9 +206,12 @@ def region_offers_gpu(config: GpuflowConfig) -> Iterator[Finding]:
         yield warning("region", f"gpuflow's region table (as of {catalog.table_date('regions')}) does not know "
                       f"{config.region}", f"check that {config.region} offers {config.gpu.type} before launching")
     elif config.gpu.type not in offered:
-        yield error("region", f"{config.region} does not offer {config.gpu.type} "
-                    f"(table as of {catalog.table_date('regions')})",
-                    f"use a region that offers it, or one of {offered} here")
+        # A warning, not an error: the table is a hand transcription that lags Google's offer (it had no region for
+        # nvidia-h100-mega-80gb when that type was added); on gcp the run's preflight asks Compute Engine instead.
+        yield warning("region", f"gpuflow's offline region table (as of {catalog.table_date('regions')}) does not "
+                      f"list {config.gpu.type} in {config.region}",
+                      f"check that {config.region} offers {config.gpu.type} (gcloud compute accelerator-types list "
+                      f"--filter=\"name={config.gpu.type} AND zone~{config.region}\"), or use one of {offered}")
 
 
 def zone_not_pinned(config: GpuflowConfig) -> Iterator[Finding]:

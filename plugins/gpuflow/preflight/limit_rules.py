@@ -84,8 +84,8 @@ def limit_findings(config: GpuflowConfig, workflow: str) -> Iterator[Finding]:
     for dotted in POLL_INTERVALS:
         value = _value(config, dotted)
         if isinstance(value, int | float) and value < limits.min_poll_interval_s:
-            yield error(dotted, f"{value} s is shorter than limits.min_poll_interval_s ({limits.min_poll_interval_s} s)",
-                        f"set {dotted} to {limits.min_poll_interval_s} or more")
+            yield error(dotted, f"{value} s is shorter than limits.min_poll_interval_s "
+                        f"({limits.min_poll_interval_s} s)", f"set {dotted} to {limits.min_poll_interval_s} or more")
     if limits.max_job_hours is not None:
         bound_s = limits.max_job_hours * 3600
         for dotted in JOB_DURATIONS:

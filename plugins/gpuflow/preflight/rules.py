@@ -66,6 +66,17 @@ def service_account_well_formed(config: GpuflowConfig) -> Iterator[Finding]:
                     "default account")
 
 
+def dotted_bucket_needs_verification(config: GpuflowConfig) -> Iterator[Finding]:
+    """Cloud Storage creates a bucket whose name holds a dot only for a verified owner of the domain it names
+    (cloud.google.com/storage/docs/naming-buckets: "Bucket names containing dots require verification"), whatever
+    its length."""
+    if config.bucket and "." in config.bucket:
+        yield warning("bucket", f"{config.bucket!r} holds a dot: Cloud Storage creates such a bucket only for a "
+                      "verified owner of its domain (Search Console), at any length",
+                      "use the bucket only if it exists or your project owns the domain; else pick a name without "
+                      "dots")
+
+
 def gcp_runs_on_gpu(config: GpuflowConfig) -> Iterator[Finding]:
     if not config.require_gpu:
         yield warning("require_gpu", "on Google Cloud a worker without a working GPU would still run (on CPU) and "
@@ -163,6 +174,7 @@ CONFIG_RULES: list[Rule] = [
     vllm_engine,
     gcp_project_is_real,
     service_account_well_formed,
+    dotted_bucket_needs_verification,
     gcp_runs_on_gpu,
     batch_sizes_ordered,
     streaming_batches_across_bundles,
@@ -227,8 +239,8 @@ ENVIRONMENT_RULES: dict[str, list[Rule]] = {
 #: The rules of one profile only: run_preflight drops the other profile's (the one place preflight picks by profile;
 #: the rules themselves never ask).
 PROFILE_RULES: dict[str, set[Rule]] = {
-    "gcp": {gcp_project_is_real, service_account_well_formed, gcp_runs_on_gpu, demo_model_is_local_only, batch_paths_on_gcs, gcp_connection_defined,
-            export_lock},
+    "gcp": {gcp_project_is_real, service_account_well_formed, gcp_runs_on_gpu, demo_model_is_local_only,
+            batch_paths_on_gcs, gcp_connection_defined, export_lock, dotted_bucket_needs_verification},
     "local": {hub_model_cached_locally, emulators_answer, java_for_local_spark, vllm_runs_here},
 }
 

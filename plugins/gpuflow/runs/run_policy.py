@@ -81,7 +81,9 @@ _NAME_FORMATS = {
     "container.flex_launcher_tag": r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
 }
 
+
 def _raises(dotted: str, value: Any, file_value: Any) -> bool:
+    """Whether a run's ``value`` costs more than the file's: more of a number, a lasting deployment, another type."""
     if dotted == "deployment.mode":
         return value == "persistent" and file_value != "persistent"
     if dotted == "gpu.type" and value == "none":
@@ -92,6 +94,7 @@ def _raises(dotted: str, value: Any, file_value: Any) -> bool:
 
 
 def _cost_problem(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
+    """Why a run may not raise the cost knob ``dotted`` (``trigger_form.COST_KNOBS``): the file sets no limit for it."""
     limits = COST_KNOBS.get(dotted)
     if limits is None:
         return None
@@ -101,10 +104,11 @@ def _cost_problem(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
     file_value = _value_of(base, dotted)
     if not unset or not _raises(dotted, value, file_value):
         return None
+    named = [f"limits.{name}" for name in unset]
     return (f"{dotted}: {_shown(value)} would raise this run's cost above the configuration file's "
-            f"({_shown(file_value)}), and the file sets no limit that allows it ({', '.join('limits.' + name for name in unset)}"
-            f" is empty). Fix: keep {dotted} at the file's value or below; to allow more, set "
-            f"{' and '.join('limits.' + name for name in unset)} in the configuration file (docs/security.md).")
+            f"({_shown(file_value)}), and the file sets no limit that allows it ({', '.join(named)} is empty). Fix: "
+            f"keep {dotted} at the file's value or below; to allow more, set {' and '.join(named)} in the "
+            "configuration file (docs/security.md).")
 
 
 #: Folders a run may point somewhere, within bounds (``path_problem``).

@@ -7,10 +7,10 @@ type, its choices and its bounds, so that the form (and the REST API, with a 400
 run starts. Keys nobody sets per run (topic names, poll intervals, list- and map-valued settings) are not in the
 form: they stay in the configuration file, whose path the form shows.
 
-What a run sends wins (``gpuflow.runs.run_policy.run_request``), even a value equal to the file's; a key it does not send comes from the
-configuration file. The form sends every field it shows, so a run triggered from it uses those values, and the
-file gives the rest; a REST conf that names single keys (``{"model__max_new_tokens": 8}``), or ``config_file``
-alone, changes only those.
+What a run sends wins (``gpuflow.runs.run_policy.run_request``), even a value equal to the file's; a key it does not
+send comes from the configuration file. The form sends every field it shows, so a run triggered from it uses those
+values, and the file gives the rest; a REST conf that names single keys (``{"model__max_new_tokens": 8}``), or
+``config_file`` alone, changes only those.
 
 The DAG files attach the form after their tasks (``attach_trigger_form``), so Airflow does not copy it into each
 task. Parsing a DAG file builds this form, so it reads YAML and the generated ``configuration/params_schema.json``
@@ -264,11 +264,11 @@ def dag_params(layout: FormLayout) -> dict[str, Param]:
     params["config_file"] = Param(
         layout.config_file, type="string", title="Configuration file", section=SETTINGS_SECTION,
         pattern=PATH_PATTERN, **{"$schema": SCHEMA_DIALECT},
-        description="The YAML file that gives every key this form does not show (docs/configuration.md lists them): "
+        description=f"The YAML file that gives every key this form does not show (docs/configuration.md lists them): "
                     "one in configs/ or the deployment's site folder (docs/security.md). The fields this form sends "
-                    "win over it; to run with "
-                    "another file's values, trigger with a conf that names config_file alone (REST API, or "
-                    "`airflow dags trigger --conf`).",
+                    "win over it; to run with another file's values, trigger with a conf that names config_file alone "
+                    f"(REST API, or `airflow dags trigger --conf`). This DAG was parsed with {layout.config_file}: "
+                    "the values the form shows are that file's.",
     )
     return params
 

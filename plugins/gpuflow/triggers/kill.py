@@ -3,10 +3,12 @@
 Airflow 3.3's triggerer calls a trigger's ``on_kill`` when a user acts on the deferred task (mark failed, mark
 success, clear): ``TriggerRunner.run_trigger`` in ``airflow/jobs/triggerer_job_runner.py``, for a cancel that
 carries ``_USER_ACTION_CANCEL_MSG``. The 3.1 triggerer (Composer's floor, 3.1.8) never calls ``on_kill``: it cancels
-the trigger's asyncio task, for a user's action and for its own shutdown alike. There, as the provider's Dataflow and
-Dataproc triggers do (``safe_to_cancel``), a gpuflow trigger calls its own ``on_kill`` on ``CancelledError`` only
-after asking Airflow that its task instance has left the deferred state: a triggerer that restarts (Composer moves
-its pods in upgrades and maintenance) must leave a healthy job running, for the next triggerer to wait on.
+the trigger's asyncio task, for a user's action and for its own shutdown alike. There, as the provider's BigQuery and
+Dataproc triggers do (``safe_to_cancel`` in apache-airflow-providers-google 22.8.0's ``cloud/triggers/bigquery.py``
+and ``cloud/triggers/dataproc.py``; its Dataflow triggers have none), a gpuflow trigger calls its own ``on_kill`` on
+``CancelledError`` only after asking Airflow that its task instance has left the deferred state: a triggerer that
+restarts (Composer moves its pods in upgrades and maintenance) must leave a healthy job running, for the next
+triggerer to wait on.
 """
 
 from __future__ import annotations
