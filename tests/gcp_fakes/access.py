@@ -23,7 +23,9 @@ from google.iam.v1 import iam_policy_pb2, policy_pb2
 from tests.helpers import GCP_TEST_PROJECT
 
 #: The roles a worker service account of a project in order holds there.
-WORKER_ROLES = frozenset({"roles/dataflow.worker", "roles/artifactregistry.reader", "roles/storage.objectAdmin"})
+#: The roles docs/gcp.md's step 4 grants the workers' account.
+WORKER_ROLES = frozenset({"roles/dataflow.worker", "roles/artifactregistry.reader", "roles/storage.objectAdmin",
+                          "roles/pubsub.subscriber", "roles/pubsub.publisher"})
 PROJECT_NUMBER = "123456789012"
 COMPUTE_DEFAULT_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
 TEST_WORKER_ACCOUNT = f"sa@{GCP_TEST_PROJECT}.iam.gserviceaccount.com"
@@ -73,6 +75,7 @@ class FakeProjectAccess:
         LEGACY_BUILD_ACCOUNT: {BUILDER_ROLE}})
     act_as_denied: set[str] = field(default_factory=set)  # accounts the caller may not act as
     policy_readable: bool = True  # the caller may read the project's IAM policy
+    project_readable: bool = True  # the caller may see the project at all (a 403 on it: a mistyped id, or no role)
     org_policies: dict[str, orgpolicy_v2.Policy] = field(default_factory=dict)  # by constraint name
     unreadable_policies: set[str] = field(default_factory=set)  # constraint names whose read is refused
     subnetworks: dict[str, bool] = field(default_factory=dict)  # subnetwork name -> Private Google Access
@@ -98,6 +101,8 @@ class FakeProjectAccess:
         request = _typed(resourcemanager_v3.GetProjectRequest, request)
         self.requests.append(request)
         assert re.fullmatch(r"projects/[a-z][-a-z0-9]+", request.name), request.name
+        if not self.project_readable:
+            raise exceptions.PermissionDenied(f"The caller does not have permission on {request.name}")
         return resourcemanager_v3.Project(name=f"projects/{self.number}", project_id=request.name.split("/")[1])
 
     def test_project_permissions(self, request=None, **_options):

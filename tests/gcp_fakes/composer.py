@@ -72,6 +72,8 @@ class FakeComposer:
     api_refuses: int | None = None
     #: How many Airflow triggerers the environment's workloads configuration has.
     triggerers: int = 1
+    #: What the environments API raises for a get (a google.api_core exception: NotFound, ServiceUnavailable), or None.
+    get_raises: Exception | None = None
 
     def environment(self) -> service_v1.Environment:
         return service_v1.Environment(name=self.name, config=service_v1.EnvironmentConfig(
@@ -85,6 +87,8 @@ class FakeComposer:
     def get_environment(self, request=None, **_options):
         request = _typed(service_v1.GetEnvironmentRequest, request)
         self.requests.append(request)
+        if self.get_raises is not None:
+            raise self.get_raises
         assert request.name == self.name, request.name
         return self.environment()
 

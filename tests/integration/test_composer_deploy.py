@@ -190,3 +190,23 @@ def test_on_composer_preflight_refuses_an_environment_without_a_triggerer_or_bel
     composer.triggerers, composer.image_version = 1, FakeComposer.image_version  # the fix, as Composer applies it
     validated_config(local_config, {"dag": dag}, "inference", "llm_streaming_inference")
 
+
+
+@pytest.mark.parametrize(("raised", "says"), [
+    ("NotFound", "Google answered Not Found: 404 Environment projects/p/locations/l/environments/shared not found"),
+    ("ServiceUnavailable", "Google could not be reached (ServiceUnavailable"),
+])
+def test_a_google_error_is_one_message_with_the_fix_and_no_traceback(composer, monkeypatch, capsys, raised, says):
+    """A mistyped environment (NotFound) or Google not answering (ServiceUnavailable): one line, no gRPC traceback."""
+    from google.api_core import exceptions
+
+    from gpuflow.tools.cli import main
+
+    message = ("Environment projects/p/locations/l/environments/shared not found" if raised == "NotFound"
+               else "502:Bad Gateway\ndebug_error_string = \"UNKNOWN:Error received from peer\"")
+    composer.get_raises = getattr(exceptions, raised)(message)
+    code = main(["deploy-composer", "--environment", "shared", "--location", "europe-west4", "--project",
+                 GCP_TEST_PROJECT, "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "debug_error_string" not in err, err[-3000:]
+    assert says in err and "Fix:" in err

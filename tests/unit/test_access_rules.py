@@ -290,3 +290,42 @@ def test_the_apis_the_check_itself_reads_with_are_asked_for_too(cloud, storage):
     assert finding.fix == f"gcloud services enable iam.googleapis.com orgpolicy.googleapis.com --project={GCP_TEST_PROJECT}"
     cloud.access.disabled = set()
     assert check() == []
+
+
+def test_preflight_access_that_reads_nothing_fails_as_not_checked_unless_accepted(cloud, storage, capsys):
+    from gpuflow.tools.cli import main
+
+    args = ["preflight", "--access", "--config-only", "--config", "configs/gcp.example.yaml",
+            "--set", f"project={GCP_TEST_PROJECT}", "--set", f"bucket={BUCKET}"]
+    cloud.access.policy_readable = False  # rows that need the project's IAM policy cannot be read
+    assert main(args) == 1
+    out = capsys.readouterr()
+    assert "preflight: not checked: " in out.out and "--accept-unknown" in out.err
+    assert main([*args, "--accept-unknown"]) == 0
+    assert "(accepted: --accept-unknown)" in capsys.readouterr().out
+
+
+def test_preflight_access_on_a_project_google_will_not_show_names_it_and_stops(cloud, storage, capsys):
+    from gpuflow.tools.cli import main
+
+    cloud.access.project_readable = False  # a mistyped project id, or no role on it: a 403
+    assert main(["preflight", "--access", "--config-only", "--config", "configs/gcp.example.yaml",
+                 "--set", "project=acme-typo-prod", "--set", f"bucket={BUCKET}"]) == 1
+    err = capsys.readouterr().err
+    assert "Google refused to show project acme-typo-prod: it may not exist, or this identity may lack access" in err
+    assert "gcloud projects describe acme-typo-prod" in err
+
+
+@pytest.mark.parametrize("missing", ["roles/pubsub.subscriber", "roles/pubsub.publisher"])
+def test_a_streaming_worker_account_without_its_pubsub_role_is_refused_with_the_grant(cloud, storage, missing):
+    """The streaming job pulls prompts and publishes answers as the workers' account (guide 002, step 18)."""
+    from tests.gcp_fakes.access import COMPUTE_DEFAULT_ACCOUNT
+
+    cloud.access.accounts[COMPUTE_DEFAULT_ACCOUNT].discard(missing)
+    config = gcp_test_config(f"bucket={BUCKET}")
+    probe = GcpPlatform(config).access_probe()
+    refused = [f for f in access_findings(config, "inference", probe) if f.level == "error"]
+    assert [f.fix.rsplit("--role=", 1)[1] for f in refused] == [missing], refused
+    assert "the streaming job would answer nothing" in refused[0].problem
+    # the batch job reads and writes files, not Pub/Sub
+    assert not [f for f in access_findings(config, "batch", GcpPlatform(config).access_probe()) if f.level == "error"]

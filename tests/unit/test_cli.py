@@ -235,3 +235,23 @@ def test_preflight_offers_every_workflow_the_access_check_and_the_docs_name():
     assert set(workflow.choices) == set(WORKFLOW_NEEDS) == set(WORKFLOW_CONFIG_RULES) == set(ENVIRONMENT_RULES)
     assert main(["preflight", "--config", GCP_EXAMPLE, "--set", "project=acme-ml-prod", "--workflow",
                  "quota_report", "--config-only"]) == 0
+
+
+def test_preflight_access_with_google_unreachable_fails_within_seconds_as_not_checked(tmp_path):
+    """This machine reaches no network: with credentials (anonymous, at once) and a connection, the check's first
+    read fails without retries, and the command says so at once instead of retrying for minutes."""
+    import os
+    import time
+
+    from tests.helpers import ROOT
+
+    started = time.monotonic()
+    ran = run_as_a_user(tmp_path, "preflight", "--access", "--config-only", "--config", GCP_EXAMPLE,
+                        "--set", "project=acme-ml-prod", AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT=ANONYMOUS_CONNECTION,
+                        PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "anonymous_adc"),
+                                                    os.environ.get("PYTHONPATH", "")]))
+    took = time.monotonic() - started
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
+    assert "Google could not be reached" in ran.stderr and "nothing could be checked" in ran.stderr
+    assert "preflight: ok" not in ran.stdout
+    assert took < 10 + 5, took  # 10 s for the read at most, and the command's own start

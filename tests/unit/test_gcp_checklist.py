@@ -57,7 +57,8 @@ def test_the_roles_and_apis_the_checklist_names_are_the_ones_preflight_checks():
     step4 = text[text.index("4. **The workers' service account**"):text.index("5. **Cloud Build's account**")]
     roles = set(re.findall(r"--role=(\S+)", step4))
     assert roles == {workers["worker_role"], workers["registry_read_roles"][0], "roles/storage.objectAdmin",
-                     workers["act_as"]["role"]}
+                     workers["act_as"]["role"], workers["pubsub_roles"]["consume"][0],
+                     workers["pubsub_roles"]["publish"][0]}
     assert "roles/storage.objectAdmin" in workers["bucket_roles"]
     step5 = text[text.index("5. **Cloud Build's account**"):text.index("6. **GPU quota**")]
     assert set(re.findall(r"`(roles/[\w.]+)`", step5)) == set(build["needs"])

@@ -74,14 +74,14 @@ CASES = [
     (["model.name=org/unknown-model"], "model_memory_fits", "model.parameters_m", "warning", "model.parameters_m"),
     (["model.name=google/flan-t5-xxl", "gpu.type=nvidia-a100-80gb", "gpu.machine_type=a2-ultragpu-1g",
       "region=us-central1"], None, None, None, None),
-    (["region=southamerica-east1"], "region_offers_gpu", "region", "warning", "nvidia-tesla-t4"),
+    (["region=southamerica-east1"], "region_offers_gpu", "region", "error", "nvidia-tesla-t4"),
     (["region=mars-north1"], "region_offers_gpu", "region", "warning", "before launching"),
     # N1's caps per GPU: one V100 allows at most 12 vCPUs and 78 GB (catalog/gpus.yaml n1_caps)
     (["gpu.type=nvidia-tesla-v100", "gpu.machine_type=n1-standard-16", "model.dtype=float32"],
      "machine_type_fits_gpu", "gpu.machine_type", "error", "n1-standard-8"),
     (["gpu.type=nvidia-tesla-t4", "gpu.machine_type=n1-highmem-64", "model.dtype=float32"],
      "machine_type_fits_gpu", "gpu.machine_type", "error", "n1-standard-8"),
-    # A GPU the offline region table does not list in the region: a warning, never a refusal on its own
+    # A GPU the offline region table lists in no region: it can say nothing of it, so a warning
     (["gpu.type=nvidia-h100-mega-80gb", "gpu.machine_type=a3-megagpu-8g", "gpu.count=8"], "region_offers_gpu",
      "region", "warning", "gcloud compute accelerator-types list"),
     (["gpu.zone=europe-west4-a"], "zone_not_pinned", "gpu.zone", "error", "leave gpu.zone empty"),
@@ -188,7 +188,7 @@ def test_when_compute_engine_cannot_be_asked_the_table_decides_and_preflight_say
         raise PermissionError("compute.acceleratorTypes.list denied")
 
     found = live_findings(unreachable, "region=southamerica-east1")
-    assert [f.level for f in found] == ["warning", "warning"]  # a lagging hand-made table refuses nothing
+    assert [f.level for f in found] == ["warning", "error"]
     assert "using gpuflow's table" in found[0].problem and "nvidia-tesla-t4" in found[1].fix
 
 

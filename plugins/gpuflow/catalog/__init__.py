@@ -99,6 +99,11 @@ def n1_caps(gpu: str, count: int) -> tuple[int, float] | None:
     return (caps[0], caps[1]) if caps else None
 
 
+def regions_offering(gpu: str) -> list[str]:
+    """The regions the offline table lists ``gpu`` in (none: the table does not know the GPU)."""
+    return [region for region, offered in _load("gpus")["regions"]["offers"].items() if gpu in offered]
+
+
 def fixed_gpu_machine_types(gpu: str) -> list[str]:
     return [name for name, row in _load("gpus")["machine_types"]["fixed"].items() if row[0] == gpu]
 

@@ -78,6 +78,28 @@ class GcpAccessProbe:
             return None
         return f"serviceAccount:{email}" if email.endswith(".gserviceaccount.com") else f"user:{email}"
 
+    def first_contact(self, timeout_s: float = 10) -> str | None:
+        """One read of the project, without retries and within ``timeout_s``, before the probe's many reads (whose
+        clients retry for minutes): why nothing can be checked, with its fix; None when Google answered."""
+        from google.api_core import exceptions
+        from google.auth import exceptions as auth_exceptions
+
+        try:
+            self._client("projects").get_project(request={"name": f"projects/{self.project}"}, retry=None,
+                                                 timeout=timeout_s)
+        except (exceptions.PermissionDenied, exceptions.Forbidden):
+            return (f"Google refused to show project {self.project}: it may not exist, or this identity may lack "
+                    f"access to it. Fix: check the project id (`gcloud projects describe {self.project}`), and that "
+                    "the identity the check runs as has a role on it (docs/gcp.md)")
+        except exceptions.NotFound:
+            return (f"project {self.project} does not exist. Fix: set project to your project's id "
+                    "(`gcloud projects list`)")
+        except (exceptions.GoogleAPICallError, exceptions.RetryError, auth_exceptions.TransportError,
+                OSError) as problem:
+            return (f"Google could not be reached ({type(problem).__name__}), so nothing could be checked. Fix: "
+                    "check this machine's network (DNS, proxy, firewall), then run the check again")
+        return None
+
     @functools.cache  # noqa: B019 - one probe per preflight, dropped with it
     def project_number(self) -> str:
         project = self._read(f"reading project {self.project}", f"gcloud projects describe {self.project} "

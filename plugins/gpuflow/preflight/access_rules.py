@@ -50,7 +50,8 @@ def access_findings(config: GpuflowConfig, workflow: str, probe: AccessProbe) ->
         lambda: caller_permissions(config, needs, probe),
     ]
     if workflow in DATAFLOW_WORKFLOWS:
-        checks += [lambda: worker_service_account(config, probe), lambda: external_ips_allowed(config, probe)]
+        checks += [lambda: worker_service_account(config, probe, workflow),
+                   lambda: external_ips_allowed(config, probe)]
     if any(need.name == "build" for need in needs):
         checks.append(lambda: build_service_account(config, probe))
     if any(need.name == "export" for need in needs):
@@ -118,7 +119,8 @@ def worker_account(config: GpuflowConfig, probe: AccessProbe) -> str:
     return f"{probe.project_number()}-compute@developer.gserviceaccount.com"
 
 
-def worker_service_account(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Finding]:
+def worker_service_account(config: GpuflowConfig, probe: AccessProbe, workflow: str = "inference"
+                           ) -> Iterator[Finding]:
     table = access_table("worker_service_account")
     field = "dataflow.service_account"
     try:
@@ -139,7 +141,7 @@ def worker_service_account(config: GpuflowConfig, probe: AccessProbe) -> Iterato
                     f"{email} (no {act_as['permission']})",
                     f"gcloud iam service-accounts add-iam-policy-binding {email} --project={config.project} "
                     f"--member={member(probe)} --role={act_as['role']}" + _member_note(probe))
-    yield from _worker_roles(config, probe, email, table)
+    yield from _worker_roles(config, probe, email, table, workflow)
 
 
 def build_service_account(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Finding]:
@@ -185,7 +187,8 @@ def export_identity(config: GpuflowConfig) -> Iterator[Finding]:
                "iam.serviceAccounts.actAs on it is checked with the workers')", "nothing to do")
 
 
-def _worker_roles(config: GpuflowConfig, probe: AccessProbe, email: str, table: dict) -> Iterator[Finding]:
+def _worker_roles(config: GpuflowConfig, probe: AccessProbe, email: str, table: dict,
+                  workflow: str) -> Iterator[Finding]:
     field, account = "dataflow.service_account", f"serviceAccount:{email}"
     grant = f"gcloud projects add-iam-policy-binding {config.project} --member={account} --role="
     try:
@@ -198,6 +201,12 @@ def _worker_roles(config: GpuflowConfig, probe: AccessProbe, email: str, table: 
         yield error(field, f"the workers' service account {email} lacks {table['worker_role']}; its workers would "
                     "not start", grant + table["worker_role"])
     yield from _worker_reads_registry(config, probe, email, roles, table)
+    if workflow in table["pubsub_workflows"]:
+        for use, accepted in (("pull prompts from its subscription", table["pubsub_roles"]["consume"]),
+                              ("publish answers and dead letters", table["pubsub_roles"]["publish"])):
+            if not roles & set(accepted):  # the first role listed is the least that grants it
+                yield error(field, f"the workers' service account {email} may not {use} (none of "
+                            f"{', '.join(accepted)}): the streaming job would answer nothing", grant + accepted[0])
     if roles & set(table["bucket_roles"]):
         return
     if config.bucket:

@@ -205,13 +205,17 @@ def region_offers_gpu(config: GpuflowConfig) -> Iterator[Finding]:
     if offered is None:
         yield warning("region", f"gpuflow's region table (as of {catalog.table_date('regions')}) does not know "
                       f"{config.region}", f"check that {config.region} offers {config.gpu.type} before launching")
+    elif config.gpu.type not in offered and not catalog.regions_offering(config.gpu.type):
+        # The table lists this GPU in no region at all (it lags Google's offer: nvidia-h100-mega-80gb was added to the
+        # GPU table first), so it can say nothing of it: a warning. On gcp the run's preflight asks Compute Engine.
+        yield warning("region", f"gpuflow's offline region table (as of {catalog.table_date('regions')}) lists "
+                      f"{config.gpu.type} in no region", f"check that {config.region} offers {config.gpu.type} "
+                      f"(gcloud compute accelerator-types list --filter=\"name={config.gpu.type} AND "
+                      f"zone~{config.region}\")")
     elif config.gpu.type not in offered:
-        # A warning, not an error: the table is a hand transcription that lags Google's offer (it had no region for
-        # nvidia-h100-mega-80gb when that type was added); on gcp the run's preflight asks Compute Engine instead.
-        yield warning("region", f"gpuflow's offline region table (as of {catalog.table_date('regions')}) does not "
-                      f"list {config.gpu.type} in {config.region}",
-                      f"check that {config.region} offers {config.gpu.type} (gcloud compute accelerator-types list "
-                      f"--filter=\"name={config.gpu.type} AND zone~{config.region}\"), or use one of {offered}")
+        yield error("region", f"{config.region} does not offer {config.gpu.type} "
+                    f"(table as of {catalog.table_date('regions')})",
+                    f"use a region that offers it, or one of {offered} here")
 
 
 def zone_not_pinned(config: GpuflowConfig) -> Iterator[Finding]:

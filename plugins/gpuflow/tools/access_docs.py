@@ -32,9 +32,14 @@ def project_needs_markdown() -> str:
               f"- it may pull the image (one of {', '.join(f'`{r}`' for r in account['registry_read_roles'])}) and use "
               f"the bucket (one of {', '.join(f'`{r}`' for r in account['bucket_roles'])}, on the project or the "
               "bucket);",
+              f"- the streaming job's account may pull from its subscription (one of "
+              f"{', '.join(f'`{r}`' for r in account['pubsub_roles']['consume'])}) and publish to its topics (one of "
+              f"{', '.join(f'`{r}`' for r in account['pubsub_roles']['publish'])}); the first of each is the least;",
               f"- the identity Airflow uses holds `{account['act_as']['permission']}` on it "
-              f"(`{account['act_as']['role']}`). The Vertex AI export runs as this account too (Vertex AI's default "
-              "identity for custom training when none is set).", "", f"Source: {' '.join(account['source'].split())}.",
+              f"(`{account['act_as']['role']}`). The Vertex AI export runs as this account when "
+              "`dataflow.service_account` names it (gpuflow sets it on the custom job); left empty, Vertex AI runs "
+              "custom training as its Custom Code Service Agent.", "",
+              f"Source: {' '.join(account['source'].split())}.",
               "", "Cloud Build's account (the project's default build service account: "
               "`gcloud builds get-default-service-account --region=REGION`) holds "
               + " or ".join(f"`{role}`" for role in build["sufficient_roles"]) + ", or each of: "

@@ -46,14 +46,28 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         if access is None:
             print(f"preflight --access: the {config.profile} profile has no Google Cloud project to check",
                   file=sys.stderr)
+        elif (unreachable := access.first_contact()) is not None:
+            print(f"preflight --access: {unreachable}", file=sys.stderr)
+            return 1
     findings = run_preflight(config, check_environment=not args.config_only, workflow=workflow,
                              zones_offering=zones_offering, access=access)
+    # A check that could read nothing passes nothing: with --access, every row not read fails the command, unless
+    # --accept-unknown says so explicitly.
+    unread = [f for f in findings if f.level == "unknown"] if access is not None else []
+    failed = has_errors(findings) or bool(unread and not args.accept_unknown)
+    verdict = "FAILED" if has_errors(findings) else (
+        f"not checked: {len(unread)} of {len(findings)}" + (" (accepted: --accept-unknown)" if args.accept_unknown
+                                                            else "") if unread else "ok")
     if args.json:
-        print(json.dumps({"ok": not has_errors(findings), "findings": [f.model_dump() for f in findings]}, indent=2))
+        print(json.dumps({"ok": not failed, "not_checked": len(unread),
+                          "findings": [f.model_dump() for f in findings]}, indent=2))
     else:
         print(format_findings(findings))
-        print("preflight: " + ("FAILED" if has_errors(findings) else "ok"))
-    return 1 if has_errors(findings) else 0
+        print(f"preflight: {verdict}")
+        if unread and not args.accept_unknown and not has_errors(findings):
+            print("Fix: each unknown row says what could not be read and the command that reads it; grant that, or "
+                  "accept the rows unchecked with --accept-unknown", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_make_demo_model(args: argparse.Namespace) -> int:
@@ -292,7 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument("--access", action="store_true",
                            help="gcp: also ask Google whether the workflow's APIs are on, the Airflow connection's "
                                 "identity holds their permissions, the workers' service account works, no "
-                                "organization policy stops the workers, and the bucket is usable")
+                                "organization policy stops the workers, and the bucket is usable; a row it could not "
+                                "read fails the command (not checked: N of M)")
+    preflight.add_argument("--accept-unknown", action="store_true",
+                           help="with --access: pass although some rows could not be read (each says so)")
     preflight.add_argument("--config-only", action="store_true",
                            help="skip the environment checks (emulators, launch-environment versions)")
     preflight.set_defaults(func=cmd_preflight)
@@ -343,8 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--location", required=True, help="its region, e.g. europe-west4")
     deploy.add_argument("--project", default=None, help="its project (default: the connection's)")
     deploy.add_argument("--conn-id", default="google_cloud_default",
-                        help="the Airflow connection whose identity deploys (default: google_cloud_default, or "
-                             "Application Default Credentials through it)")
+                        help="the Airflow connection whose identity deploys (default: google_cloud_default; it must "
+                             "be defined: AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT='{\"conn_type\": "
+                             "\"google_cloud_platform\"}' uses your Application Default Credentials)")
     deploy.add_argument("--config", default=None,
                         help="your gcp configuration: it becomes the DAGs' default (data/site/gpuflow.yaml); a "
                              "later deploy without --config leaves it as it is")
@@ -381,6 +399,29 @@ def setup_problem(error: Exception) -> str | None:
         return ("no Google Cloud credentials were found (Application Default Credentials). Fix: "
                 "`gcloud auth application-default login` as yourself, or point GOOGLE_APPLICATION_CREDENTIALS (or the "
                 "connection's key_path) at a service account's key (docs/gcp.md)")
+    return google_problem(error)
+
+
+def google_problem(error: Exception) -> str | None:
+    """A Google API's refusal or silence, said in one line with the fix; None for anything else. The message's first
+    line is Google's own (it names the resource); gRPC's details and the traceback add nothing a user can act on."""
+    from google.api_core import exceptions as google
+    from google.auth.exceptions import TransportError
+
+    said = (str(error).splitlines() or [type(error).__name__])[0][:300]
+    if isinstance(error, google.NotFound):
+        return (f"Google answered Not Found: {said}. Fix: check the names given (the project id, the location, the "
+                "environment or resource name): `gcloud composer environments list --locations=LOCATION "
+                "--project=PROJECT` lists a project's environments")
+    if isinstance(error, google.PermissionDenied | google.Forbidden | google.Unauthenticated):
+        return (f"Google refused the call: {said}. Fix: the project may not exist, or you (or the connection's "
+                "account) may lack access to it: check the project id with `gcloud projects describe PROJECT`, and "
+                "the roles docs/gcp.md lists")
+    unreachable = (google.ServiceUnavailable, google.DeadlineExceeded, google.RetryError, TransportError,
+                   ConnectionError, TimeoutError)
+    if isinstance(error, unreachable) or type(error).__module__.startswith("requests"):
+        return (f"Google could not be reached ({type(error).__name__}: {said}). Fix: check this machine's network "
+                "(DNS, proxy, firewall) and try again; `gcloud auth print-access-token` shows whether Google answers")
     return None
 
 
