@@ -329,3 +329,19 @@ def test_a_streaming_worker_account_without_its_pubsub_role_is_refused_with_the_
     assert "the streaming job would answer nothing" in refused[0].problem
     # the batch job reads and writes files, not Pub/Sub
     assert not [f for f in access_findings(config, "batch", GcpPlatform(config).access_probe()) if f.level == "error"]
+
+
+def test_preflight_access_checks_another_identity_by_impersonation(cloud, storage, capsys):
+    """From a shell, as the identity the DAGs run as (a Composer environment's account): the check names it as the
+    caller, and asks Google as it (the fakes answer the caller's permissions whoever it is)."""
+    from gpuflow.tools.cli import main
+
+    environment_account = f"composer-env@{GCP_TEST_PROJECT}.iam.gserviceaccount.com"
+    cloud.access.denied = {"dataflow.jobs.create"}
+    assert main(["preflight", "--access", "--config-only", "--config", "configs/gcp.example.yaml", "--json",
+                 "--set", f"project={GCP_TEST_PROJECT}", "--set", f"bucket={BUCKET}",
+                 "--impersonate", environment_account]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (lacking,) = [f for f in report["findings"] if f["field"] == "gcp_conn_id" and f["level"] == "error"]
+    assert f"serviceAccount:{environment_account} lacks" in lacking["problem"]
+    assert f"--member=serviceAccount:{environment_account}" in lacking["fix"]

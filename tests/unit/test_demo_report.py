@@ -21,3 +21,14 @@ def test_the_report_names_the_slowest_answer():
 
     rows = [{**row, "id": f"id-{i}"} for i, row in enumerate(answers(2.8, 4.25, 3.3))]
     assert slowest_answer(rows) == "slowest answer: 4.2s (prompt id-1)"
+
+
+def test_the_task_table_lists_each_tasks_state_and_time_in_order():
+    from gpuflow.tools.demo_report import format_task_table
+
+    table = format_task_table([("preflight", "success", 2.04), ("launch", "success", 61.5), ("cleanup", "skipped",
+                                                                                             None)])
+    lines = table.splitlines()
+    assert lines[0].split() == ["task", "state", "seconds"]
+    assert lines[1].split() == ["preflight", "success", "2.0"] and lines[2].split() == ["launch", "success", "61.5"]
+    assert lines[3].split() == ["cleanup", "skipped"]

@@ -141,10 +141,11 @@ class GpuBackend(Backend, Protocol):
     def gpu_capacity(self) -> dict[str, Any]:
         """GPUs this profile can use: local devices, or regional quota headroom."""
 
-    def access_probe(self) -> AccessProbe | None:
+    def access_probe(self, impersonation_chain: list[str] | None = None) -> AccessProbe | None:
         """What preflight's access rules read of the project (``gpuflow.platform.access_facts.AccessProbe``): its
-        APIs, the caller's permissions, the workers' service account, its policies, the bucket. None where there is
-        no cloud project to read (local)."""
+        APIs, the caller's permissions, the workers' service account, its policies, the bucket, as the connection's
+        identity or the last account of ``impersonation_chain``. None where there is no cloud project to read
+        (local)."""
 
 
 class Platform(ExportBackend, ImageBackend, JobFinder, GpuBackend, Protocol):

@@ -65,11 +65,14 @@ class GcpPlatform(VertexExport, CloudBuildImages, DataflowJobs):
 
         return zones_offering(self.config.project, gpu_type, region, self.clients.compute_accelerator_types())
 
-    def access_probe(self) -> GcpAccessProbe:
-        """Preflight's access check reads the project through the connection's own clients."""
+    def access_probe(self, impersonation_chain: list[str] | None = None) -> GcpAccessProbe:
+        """Preflight's access check reads the project through the connection's own clients, or as the last account
+        of ``impersonation_chain`` (another identity's view: the environment's service account, from a shell)."""
         from gpuflow.platform.gcp_access import GcpAccessProbe
+        from gpuflow.platform.gcp_clients import GcpClients
 
-        return GcpAccessProbe(self.config.project, self.config.region, self.clients)
+        clients = GcpClients(self.conn_id, impersonation_chain) if impersonation_chain else self.clients
+        return GcpAccessProbe(self.config.project, self.config.region, clients)
 
     def gpu_capacity(self) -> dict[str, Any]:
         """The region's GPU quota and the project-wide GPUS_ALL_REGIONS; ``enough`` is False only when a quota

@@ -34,14 +34,17 @@ if TYPE_CHECKING:
 
 
 class GcpClients:
-    def __init__(self, conn_id: str):
-        self.conn_id = conn_id
+    """Google's clients with the Airflow connection's credentials; ``impersonation_chain`` (the provider's own
+    argument) overrides the connection's, as ``preflight --access --impersonate`` does to check another identity."""
+
+    def __init__(self, conn_id: str, impersonation_chain: list[str] | None = None):
+        self.conn_id, self._chain = conn_id, impersonation_chain
 
     @cached_property
     def _base_hook(self) -> GoogleBaseHook:
         from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
-        return GoogleBaseHook(gcp_conn_id=self.conn_id)
+        return GoogleBaseHook(gcp_conn_id=self.conn_id, impersonation_chain=self._chain)
 
     def _client_kwargs(self) -> dict[str, Any]:
         from airflow.providers.google.common.consts import CLIENT_INFO
@@ -49,7 +52,10 @@ class GcpClients:
         return {"credentials": self._base_hook.get_credentials(), "client_info": CLIENT_INFO}
 
     def impersonation_chain(self) -> list[str]:
-        """The connection's impersonation chain (its extra's ``impersonation_chain``), last the target account."""
+        """The impersonation chain (given, else the connection extra's ``impersonation_chain``), last the target
+        account."""
+        if self._chain:
+            return list(self._chain)
         chain = self._base_hook._get_field("impersonation_chain", None)  # as GoogleBaseHook reads it
         if isinstance(chain, str):
             chain = [account.strip() for account in chain.split(",") if account.strip()]

@@ -21,7 +21,7 @@ class LocalPlatform(LocalExport, LocalImages, LocalProcesses):
     #: No Compute Engine here: preflight's region check reads the catalog's table.
     zones_offering = None
 
-    def access_probe(self) -> None:
+    def access_probe(self, impersonation_chain: list[str] | None = None) -> None:
         """No project, no APIs or IAM: the emulators take every call."""
         return None
 

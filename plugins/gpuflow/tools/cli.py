@@ -42,7 +42,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         from gpuflow.platform import get_platform
 
         platform = get_platform(config)
-        zones_offering, access = platform.zones_offering, platform.access_probe()
+        zones_offering = platform.zones_offering
+        access = platform.access_probe(args.impersonate)
         if access is None:
             print(f"preflight --access: the {config.profile} profile has no Google Cloud project to check",
                   file=sys.stderr)
@@ -308,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "identity holds their permissions, the workers' service account works, no "
                                 "organization policy stops the workers, and the bucket is usable; a row it could not "
                                 "read fails the command (not checked: N of M)")
+    preflight.add_argument("--impersonate", nargs="+", metavar="ACCOUNT", default=None,
+                           help="with --access: check as this service account (the last of a chain, each may act as "
+                                "the next), e.g. the Composer environment's account, the identity the DAGs run as; "
+                                "you need roles/iam.serviceAccountTokenCreator on it")
     preflight.add_argument("--accept-unknown", action="store_true",
                            help="with --access: pass although some rows could not be read (each says so)")
     preflight.add_argument("--config-only", action="store_true",

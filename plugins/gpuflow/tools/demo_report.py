@@ -1,6 +1,8 @@
-"""Print the prompts and answers of the latest llm_streaming_inference run from Airflow's metadata DB.
+"""Print the latest llm_streaming_inference run from Airflow's metadata DB: each task's state and time, then the
+prompts and answers.
 
-Used by ``make demo`` after ``airflow dags test``; exits non-zero when that run did not succeed.
+Used by ``make demo`` after ``airflow dags test``, whose full log it names; exits non-zero when that run did not
+succeed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,30 @@ def slowest_answer(answers: list[dict]) -> str:
     return f"slowest answer: {slowest['latency_s']:.1f}s (prompt {slowest['id']})"
 
 
+def format_task_table(rows: list[tuple[str, str, float | None]]) -> str:
+    """Each task's state and how long it ran, in the order they started."""
+    width = max((len(task) for task, _, _ in rows), default=4)
+    lines = [f"{'task':<{width}}  {'state':<16} seconds"]
+    lines += [f"{task:<{width}}  {state:<16} {'' if seconds is None else f'{seconds:7.1f}'}"
+              for task, state, seconds in rows]
+    return "\n".join(lines)
+
+
+def run_tasks(dag_id: str, run_id: str) -> list[tuple[str, str, float | None]]:
+    """(task, state, seconds) of each task of the run, in the order they started."""
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        instances = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id,
+                                                       TaskInstance.run_id == run_id).all()
+        rows = [(ti.task_id, str(ti.state), ti.start_date,
+                 (ti.end_date - ti.start_date).total_seconds() if ti.start_date and ti.end_date else None)
+                for ti in instances]
+    rows.sort(key=lambda row: (row[2] is None, row[2] or 0))
+    return [(task, state, seconds) for task, state, _, seconds in rows]
+
+
 def latest_run_answers(dag_id: str = DAG_ID) -> tuple[str, str, dict | None]:
     from airflow.models import DagRun
     from airflow.models.xcom import XComModel
@@ -54,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run_id, state, result = latest_run_answers()
     print(f"\n=== {DAG_ID} run {run_id}: {state} ===")
+    if run_id:
+        print(format_task_table(run_tasks(DAG_ID, run_id)) + "\n")
     if result:
         print(f"{result['answered']}/{result['sent']} prompts answered by the streaming pipeline:\n")
         print(format_answers_table(result["answers"]))
@@ -62,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         if note := straggler_note(result["answers"]):
             print(f"\n{note}")
     else:
-        print("no smoke-test answers recorded; see the task logs above")
+        print("no smoke-test answers recorded; see the tasks' logs")
+    if argv:
+        print(f"\nfull log: {argv[0]}")
     return 0 if state == "success" else 1
 
 
