@@ -120,7 +120,7 @@ def rollout_plan(context: Any, config, names, conn_id: str):
 
     pushed = context["ti"].xcom_pull(task_ids=PREFLIGHT_TASK, key=ROLLOUT_KEY)
     # A lasting deployment's run: its preflight plans the rollout (the batch DAG's preflight plans none)
-    preflight = context["dag"].task_dict.get(PREFLIGHT_TASK) if "dag" in context else None
+    preflight = getattr(context.get("dag"), "task_dict", {}).get(PREFLIGHT_TASK)
     persistent = config.deployment.mode == "persistent" and getattr(preflight, "workflow", None) == "inference"
     if not pushed and not persistent:
         return None
