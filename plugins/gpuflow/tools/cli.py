@@ -396,10 +396,11 @@ def setup_problem(error: Exception) -> str | None:
     if isinstance(error, AirflowNotFoundException):
         found = re.search(r"conn_id `([^`]+)`", str(error))
         conn_id = found.group(1) if found else "google_cloud_default"
-        return (f"the Airflow connection {conn_id!r} is not defined here (gcp_conn_id names it). Fix: "
+        return (f"the Airflow connection {conn_id!r} is not defined here (gcp_conn_id names it), neither in this "
+                "shell's environment nor in the database of this shell's AIRFLOW_HOME. Fix: "
                 f"export AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"google_cloud_platform\"}}' (it then "
                 f"uses your Application Default Credentials), or `airflow connections add {conn_id} --conn-type "
-                "google_cloud_platform`; on Cloud Composer it exists already")
+                "google_cloud_platform` with the same AIRFLOW_HOME; on Cloud Composer it exists already")
     if isinstance(error, DefaultCredentialsError):
         return ("no Google Cloud credentials were found (Application Default Credentials). Fix: "
                 "`gcloud auth application-default login` as yourself, or point GOOGLE_APPLICATION_CREDENTIALS (or the "
@@ -430,13 +431,41 @@ def google_problem(error: Exception) -> str | None:
     return None
 
 
+def _connection_from_airflow_db(error: Exception) -> bool:
+    """A connection this command could not find that Airflow's database holds (``airflow connections add``, the fix
+    the message names): Airflow 3 hooks outside a task read only environment variables and secrets backends, so this
+    shell command exports it as AIRFLOW_CONN_<ID> for itself. True when it did."""
+    import os
+    import re
+
+    from airflow.exceptions import AirflowNotFoundException
+
+    found = re.search(r"conn_id `([^`]+)`", str(error)) if isinstance(error, AirflowNotFoundException) else None
+    variable = f"AIRFLOW_CONN_{found.group(1).upper()}" if found else ""
+    if not found or variable in os.environ:
+        return False
+    try:
+        from airflow.models.connection import Connection
+
+        stored = Connection.get_connection_from_secrets(found.group(1))  # the metastore among the backends
+    except Exception:  # no database here, or not in it: the message says how to define it
+        return False
+    os.environ[variable] = stored.as_json()
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("airflow.configuration", "airflow.settings"):  # "Reading the config from …" at every command
         logging.getLogger(chatty).setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        try:
+            return args.func(args)
+        except Exception as error:
+            if not _connection_from_airflow_db(error):
+                raise
+            return args.func(args)  # once more, now that the connection is found
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 1
