@@ -69,6 +69,10 @@ def test_export_runs_the_uploaded_script_once_then_skips_the_same_model(gcs, gcp
     assert first["skipped"] is False and first["job"]["kind"] == "vertex-custom-job"
     (create,) = [r for n, r in fake.vertex.requests if n == "create_custom_job"]
     assert create.parent == f"projects/{GCP_TEST_PROJECT}/locations/us-central1"  # the hook's own request
+    # Always an account gpuflow names: the workers' (here Compute Engine's default), never Vertex AI's service agent
+    from tests.gcp_fakes.access import COMPUTE_DEFAULT_ACCOUNT
+
+    assert create.custom_job.job_spec.service_account == COMPUTE_DEFAULT_ACCOUNT
     assert wait_for(config, first["job"])["status"] == "success"  # the provider's trigger polled it to SUCCEEDED
     assert gcs.exists(BUCKET, f"{names.object_prefix}/model/state_dict.pth")
 

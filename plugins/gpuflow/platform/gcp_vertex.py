@@ -64,9 +64,22 @@ class VertexExport(GcpService):
                         image_uri=export.container_image, command=["bash", "-c"], args=[script]
                     ),
                 )],
-                service_account=self.config.dataflow.service_account or "",
+                service_account=self.export_account(),
             ),
         )
+
+    def export_account(self) -> str:
+        """The account the export runs as: always one gpuflow names, the workers' (dataflow.service_account, else
+        Compute Engine's default account), the one preflight's access check verifies (its bucket roles, and the
+        caller's actAs on it). Left unset, Vertex AI would run the job as its Custom Code Service Agent
+        (service-PROJECT_NUMBER@gcp-sa-aiplatform-cc.iam.gserviceaccount.com: Vertex AI "Use a custom service
+        account", cloud.google.com/vertex-ai/docs/general/custom-service-account), whose access to the bucket no
+        check of gpuflow's reads. The project's number comes from Resource Manager (resourcemanager.projects.get,
+        which setup's bucket check already needs)."""
+        if self.config.dataflow.service_account:
+            return self.config.dataflow.service_account
+        project = self.clients.projects().get_project(request={"name": f"projects/{self.config.project}"})
+        return f"{str(project.name).split('/', 1)[1]}-compute@developer.gserviceaccount.com"
 
     def export_model(self, model_name: str, names: ResourceNames) -> JobHandle:
         """Upload download_model.py and create the custom job with the provider's CustomJobHook; the task defers

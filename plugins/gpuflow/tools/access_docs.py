@@ -36,9 +36,10 @@ def project_needs_markdown() -> str:
               f"{', '.join(f'`{r}`' for r in account['pubsub_roles']['consume'])}) and publish to its topics (one of "
               f"{', '.join(f'`{r}`' for r in account['pubsub_roles']['publish'])}); the first of each is the least;",
               f"- the identity Airflow uses holds `{account['act_as']['permission']}` on it "
-              f"(`{account['act_as']['role']}`). The Vertex AI export runs as this account when "
-              "`dataflow.service_account` names it (gpuflow sets it on the custom job); left empty, Vertex AI runs "
-              "custom training as its Custom Code Service Agent.", "",
+              f"(`{account['act_as']['role']}`). The Vertex AI export runs as this account too: gpuflow always "
+              "names it on the custom job, since left unset Vertex AI runs custom training as its Custom Code "
+              "Service Agent (Vertex AI \"Use a custom service account\", "
+              "cloud.google.com/vertex-ai/docs/general/custom-service-account).", "",
               f"Source: {' '.join(account['source'].split())}.",
               "", "Cloud Build's account (the project's default build service account: "
               "`gcloud builds get-default-service-account --region=REGION`) holds "
