@@ -2,6 +2,7 @@
 around gpuflow's preflight, quota check and GPU check."""
 
 import json
+from pathlib import Path
 
 from airflow.utils.state import DagRunState
 
@@ -27,11 +28,14 @@ def test_the_team_dag_in_the_docs_runs_with_gpuflows_operators(airflow_db, emula
     from tests.helpers import local_site_file
 
     source = example_dag_source()
-    assert 'config_file="configs/local.yaml"' in source
-    # The docs name the shipped local configuration; the test's own (its emulators' ports, its state folder) is
-    # the site file the local_config fixture wrote.
+    # The page's text, unchanged: it reads the deployment's site file, here a site folder that holds the tests'
+    # local configuration (its emulators' ports, its state folder) as site/gpuflow.yaml.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "gpuflow.yaml").write_text(Path(local_site_file()).read_text())
+    monkeypatch.setenv("GPUFLOW_SITE_DIR", str(site))
     dag_file = tmp_path / "team_gpu_readiness.py"
-    dag_file.write_text(source.replace('config_file="configs/local.yaml"', f"config_file={local_site_file()!r}"))
+    dag_file.write_text(source)
     # A DAG folder of the team's own, as a second DAG bundle beside gpuflow's: dag.test() runs a DAG that a
     # bundle holds (it syncs that bundle to the database first).
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([
