@@ -277,3 +277,11 @@ def test_the_missing_connection_fix_works_as_the_message_words_it(tmp_path):
     assert after.returncode == 1 and "Traceback" not in after.stderr, after.stderr[-2000:]
     assert "is not defined" not in after.stderr
     assert "gcloud auth application-default login" in after.stderr  # the next step a user takes
+
+
+def test_launch_command_on_the_flex_template_default_prints_the_request_with_enums_by_name(capsys):
+    assert main(["launch-command", "--config", "configs/gcp.example.yaml", "--set", "project=acme-ml-prod"]) == 0
+    out = capsys.readouterr().out
+    request = json.loads(out[out.index("{"):out.rindex("}") + 1])
+    assert request["launchParameter"]["environment"]["ipConfiguration"] == "WORKER_IP_PUBLIC"
+    assert "LaunchFlexTemplateRequest" in out

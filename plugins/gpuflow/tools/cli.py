@@ -217,7 +217,7 @@ def launch_command_text(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> 
             f"# run {run_id!r} of {dag_id} (prefix {names.prefix}), image {shlex.quote(image)}",
             "# launch.mode flex_template: no command runs in Airflow. The launch task writes the template file",
             f"# {request.launch_parameter.container_spec_gcs_path} and sends this LaunchFlexTemplateRequest:",
-            type(request).to_json(request),
+            type(request).to_json(request, use_integers_for_enums=False),  # enums by name, as the REST API spells them
             "",
         ])
     return "\n".join([
