@@ -91,6 +91,26 @@ class _AsyncItems:
             yield item
 
 
+def own_clients() -> list[tuple[Any, str, dict[str, type], type]]:
+    """The GAPIC clients gpuflow constructs itself and the fakes answer: (module, class name, method -> request type,
+    typed wrapper). Every method here is one gpuflow's code calls (tests/unit/test_permission_ledger.py)."""
+    from google.cloud import artifactregistry_v1, cloudquotas_v1, compute_v1
+    from google.iam.v1 import iam_policy_pb2
+
+    return [
+        (monitoring_v3, "MetricServiceAsyncClient", {"list_time_series": monitoring_v3.ListTimeSeriesRequest},
+         AsyncTypedClient),
+        (artifactregistry_v1, "ArtifactRegistryClient",
+         {"get_tag": artifactregistry_v1.GetTagRequest, "get_iam_policy": iam_policy_pb2.GetIamPolicyRequest},
+         TypedClient),
+        (compute_v1, "RegionsClient", {"get": compute_v1.GetRegionRequest}, TypedClient),
+        (compute_v1, "ProjectsClient", {"get": compute_v1.GetProjectRequest}, TypedClient),
+        (compute_v1, "AcceleratorTypesClient", {"aggregated_list": compute_v1.AggregatedListAcceleratorTypesRequest},
+         TypedClient),
+        (cloudquotas_v1, "CloudQuotasClient", {"get_quota_info": cloudquotas_v1.GetQuotaInfoRequest}, TypedClient),
+    ]
+
+
 class FakeGoogleCloud:
     """Google Cloud's control planes, installed at the client boundary.
 
@@ -164,22 +184,11 @@ class FakeGoogleCloud:
         return make
 
     def _install_own_clients(self, monkeypatch) -> None:
-        from google.cloud import artifactregistry_v1, cloudquotas_v1, compute_v1
-        from google.iam.v1 import iam_policy_pb2
-
-        own = [
-            (monitoring_v3, "MetricServiceAsyncClient", lambda: self.metrics,
-             {"list_time_series": monitoring_v3.ListTimeSeriesRequest}, AsyncTypedClient),
-            (artifactregistry_v1, "ArtifactRegistryClient", lambda: self.registry,
-             {"get_tag": artifactregistry_v1.GetTagRequest, "get_iam_policy": iam_policy_pb2.GetIamPolicyRequest},
-             TypedClient),
-            (compute_v1, "RegionsClient", lambda: self.regions, {"get": compute_v1.GetRegionRequest}, TypedClient),
-            (compute_v1, "ProjectsClient", lambda: self.projects, {"get": compute_v1.GetProjectRequest}, TypedClient),
-            (compute_v1, "AcceleratorTypesClient", lambda: self.accelerator_types,
-             {"aggregated_list": compute_v1.AggregatedListAcceleratorTypesRequest}, TypedClient),
-            (cloudquotas_v1, "CloudQuotasClient", lambda: self.cloud_quotas,
-             {"get_quota_info": cloudquotas_v1.GetQuotaInfoRequest}, TypedClient),
-        ]
+        fakes = {"MetricServiceAsyncClient": lambda: self.metrics, "ArtifactRegistryClient": lambda: self.registry,
+                 "RegionsClient": lambda: self.regions, "ProjectsClient": lambda: self.projects,
+                 "AcceleratorTypesClient": lambda: self.accelerator_types,
+                 "CloudQuotasClient": lambda: self.cloud_quotas}
+        own = [(module, name, fakes[name], requests, typed) for module, name, requests, typed in own_clients()]
         for module, name, fake, requests, typed in own:
             monkeypatch.setattr(module, name, self._client_factory(getattr(module, name), fake, requests, typed))
         for real_class in ACCESS_CLIENTS:  # autospec fakes, made when the client is (a test may swap access)
