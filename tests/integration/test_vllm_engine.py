@@ -51,7 +51,10 @@ def test_on_this_machine_vllm_is_said_plainly_not_to_run():
     assert finding.level == "error" and "vLLM cannot run on this machine" in finding.problem
 
 
-def test_the_launch_passes_the_engine_and_the_export_writes_the_save_pretrained_folder():
+def test_the_launch_passes_the_engine_and_the_export_writes_the_save_pretrained_folder(monkeypatch):
+    from tests.gcp_fakes import FakeGoogleCloud
+
+    FakeGoogleCloud().install(monkeypatch)  # the export names its account: the project's number, from Google
     config = gcp()
     argv = pipeline_argv(config, resource_names(config, "gf-vllm0001"))
     assert argv[argv.index("--engine") + 1] == "vllm"
