@@ -36,8 +36,6 @@ class ConfigError(ValueError):
 #: characters (U+202E right-to-left override, zero-width spaces…) make a log line read differently from what it is.
 #: No configuration value needs either: Unicode's categories Cc and Cf (``unsafe_character``) are refused everywhere.
 UNSAFE_CATEGORIES = ("Cc", "Cf")
-#: The ASCII control characters, for the few checks that need a regular expression (and a quick first test).
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def unsafe_character(text: str) -> str | None:
