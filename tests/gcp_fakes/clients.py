@@ -133,6 +133,9 @@ class FakeGoogleCloud:
         self.access = access or FakeProjectAccess()  # what preflight's access check reads: a project in order
         self.installed = False
         self.clients_made: list[tuple[str, dict]] = []  # (client class, its keyword arguments), as gpuflow made them
+        #: (hook class, gcp_conn_id, impersonation_chain) of every provider hook made while installed: every Google
+        #: call, the emulators' included, goes through one (gpuflow's own clients take a GoogleBaseHook's credentials)
+        self.hooks_made: list[tuple[str, str, Any]] = []
         self.regions = regions or FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 8, 0)],
                                                      "us-east4": [("NVIDIA_L4_GPUS", 8, 0)]})
 
@@ -150,6 +153,7 @@ class FakeGoogleCloud:
             monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(
                 {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": "gpuflow-test"}}))
         self._install_own_clients(monkeypatch)
+        self._record_hooks(monkeypatch)
         self.installed = True
         monkeypatch.setattr(CustomJobHook, "get_job_service_client",
                             lambda hook, region=None: TypedClient(cloud.vertex, VERTEX_REQUESTS, JobServiceClient))
@@ -169,6 +173,26 @@ class FakeGoogleCloud:
         monkeypatch.setattr(cloud_build, "CloudBuildAsyncClient", lambda **kwargs: AsyncTypedClient(
             cloud.build, CLOUD_BUILD_REQUESTS, cloudbuild_v1.CloudBuildAsyncClient))
         return self
+
+    def _record_hooks(self, monkeypatch) -> None:
+        """Record who each provider hook acts as, sync and async (an async hook keeps its arguments for its sync
+        hook), then let the hook's own __init__ run."""
+        from airflow.providers.google.common.hooks.base_google import GoogleBaseAsyncHook, GoogleBaseHook
+
+        made = self.hooks_made
+        sync_init, async_init = GoogleBaseHook.__init__, GoogleBaseAsyncHook.__init__
+
+        def sync_hook(hook, *args: Any, **kwargs: Any) -> None:
+            sync_init(hook, *args, **kwargs)
+            made.append((type(hook).__name__, hook.gcp_conn_id, hook.impersonation_chain))
+
+        def async_hook(hook, **kwargs: Any) -> None:
+            async_init(hook, **kwargs)
+            made.append((type(hook).__name__, kwargs.get("gcp_conn_id", "google_cloud_default"),
+                         kwargs.get("impersonation_chain")))
+
+        monkeypatch.setattr(GoogleBaseHook, "__init__", sync_hook)
+        monkeypatch.setattr(GoogleBaseAsyncHook, "__init__", async_hook)
 
     def _client_factory(self, real_class: type, fake: Any, requests: dict[str, type], typed: type = TypedClient):
         """A stand-in for a GAPIC client class that gpuflow constructs itself (``GcpClients``, ``quota``): it checks

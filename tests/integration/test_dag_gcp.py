@@ -32,22 +32,27 @@ from tests.helpers import GCP_TEST_PROJECT, dag_bag, site_config
 DAG_ID = "llm_streaming_inference"
 PROJECT = GCP_TEST_PROJECT
 BUCKET = "gpuflow-gcp-test-bucket"
-CONF = {
-    # The project, bucket and model are the site's (a run's conf may set knobs only: gpuflow.runs.run_policy).
-    # What the form does not show is the file's too (a poll interval, the Flex launcher's tag), and the limits that let
-    # a run raise its workers (limits.max_gpus).
-    "config_file": site_config("gcp.yaml", "configs/gcp.example.yaml", project=PROJECT, bucket=BUCKET,
-                               **{"model.name": "google/flan-t5-small", "dataflow.poll_interval_s": 0.05,
-                                  "limits.min_poll_interval_s": 0.01, "limits.max_gpus": 8,
-                                  "container.flex_launcher_tag": "20260101_RC00"}),
+#: What the site's file sets beyond configs/gcp.example.yaml: the project, bucket and model (a run's conf may set
+#: knobs only: gpuflow.runs.run_policy), what the form does not show (a poll interval, the Flex launcher's tag), and
+#: the limits that let a run raise its workers (limits.max_gpus).
+SITE = {"project": PROJECT, "bucket": BUCKET, "model.name": "google/flan-t5-small", "dataflow.poll_interval_s": 0.05,
+        "limits.min_poll_interval_s": 0.01, "limits.max_gpus": 8, "container.flex_launcher_tag": "20260101_RC00"}
+#: The team's own identity on a shared Composer environment: every hook acts as its last account.
+CHAIN = ["deployer@gpuflow-gcp-test.iam.gserviceaccount.com", "team-ml@gpuflow-gcp-test.iam.gserviceaccount.com"]
+RUN_KNOBS = {
     "model__max_new_tokens": 8,
     "require_gpu": False,  # the DirectRunner "workers" of the fake Dataflow run on this CPU
     "smoke_test__num_prompts": 4,
     "smoke_test__timeout_s": 240,
 }
+CONF = {"config_file": site_config("gcp.yaml", "configs/gcp.example.yaml", impersonation_chain=CHAIN, **SITE),
+        **RUN_KNOBS}
 
-#: launch.mode direct (the gcp default is flex_template): Airflow's Beam stages the job as a template.
-DIRECT_CONF = {**CONF, "launch__mode": "direct"}
+#: launch.mode direct (the gcp default is flex_template): Airflow's Beam stages the job as a template. Its file has no
+#: impersonation chain: Beam's staging would impersonate through the IAM Credentials API, which no machine here
+#: reaches (the staging's --impersonate_service_account: tests/unit/test_cli.py).
+DIRECT_CONF = {"config_file": site_config("gcp-direct.yaml", "configs/gcp.example.yaml", **SITE), **RUN_KNOBS,
+               "launch__mode": "direct"}
 
 
 @pytest.fixture
@@ -91,6 +96,11 @@ NOTHING_LEFT = {"topics": [], "subscriptions": [], "buckets": [], "objects": []}
 def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud, create_calls):
     run = dag.test(run_conf=CONF)
     assert run.state == DagRunState.SUCCESS, task_states(run)
+    # Every provider hook, in the tasks and in the triggers, acted as the file's impersonation chain.
+    hooks = {(hook, conn_id, tuple(chain) if chain else None) for hook, conn_id, chain in cloud.hooks_made}
+    assert {chain for _, _, chain in hooks} == {tuple(CHAIN)}, sorted(hooks, key=str)
+    assert {"GCSHook", "PubSubHook", "CustomJobHook", "CloudBuildHook", "DataflowHook", "AsyncDataflowHook",
+            "GoogleBaseHook"} <= {hook for hook, _, _ in hooks}
     assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
     assert {ti.task_id: ti.try_number for ti in run.get_task_instances() if ti.try_number != 1} == {}  # no retry
     prefix = run_prefix(DAG_ID, run.run_id)
@@ -168,7 +178,7 @@ def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(dag, cloud):
 
 def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(dag, cloud):
     cloud.dataflow.scripts = [BATCH_SUCCEEDS, ZONE_EXHAUSTED, STREAMING_STARTS]
-    conf = {**DIRECT_CONF, "config_file": site_config("gcp-fallback.yaml", CONF["config_file"],
+    conf = {**DIRECT_CONF, "config_file": site_config("gcp-fallback.yaml", DIRECT_CONF["config_file"],
                                                **{"gpu.fallbacks": [{"region": "us-east4"}]})}
     run = dag.test(run_conf=conf)
     assert run.state == DagRunState.SUCCESS, task_states(run)
@@ -249,7 +259,7 @@ MODES = {
     # test_gcp_gpu_modes.py, one SDK process per worker (t4) in test_gcp_dataflow_request.py, each checked against
     # Dataflow's constraints as the launch checks it.)
     # The machine type is the site's: a run may not pick one without limits.max_usd_per_hour (gpuflow.runs.run_policy).
-    "cpu_workers": ({"config_file": site_config("gcp-cpu.yaml", CONF["config_file"], **{
+    "cpu_workers": ({"config_file": site_config("gcp-cpu.yaml", DIRECT_CONF["config_file"], **{
         "gpu.type": "none", "gpu.machine_type": "n2-highmem-2"})}, [], True),
 }
 

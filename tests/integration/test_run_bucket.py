@@ -47,7 +47,7 @@ def test_a_bucket_with_another_runs_label_is_refused_at_setup_and_left_as_it_was
         assert made["bucket"] == "team-bucket"
         delete_resources(fixed, resource_names(fixed, names.prefix), LOCAL_CONN_ID)
         for bucket in (names.bucket, "team-bucket"):  # the janitor tests on this emulator would find them
-            delete_whole_bucket(LOCAL_CONN_ID, bucket)
+            delete_whole_bucket(local_config, LOCAL_CONN_ID, bucket)
 
 
 def local_site_file_with_bucket() -> str:
@@ -76,4 +76,4 @@ def test_a_bucket_of_another_project_is_refused_even_with_the_runs_label(gcp_env
         create_resources(config, names, config.gcp_conn_id, pubsub=False)
     delete_resources(config, names, config.gcp_conn_id, pubsub=False)
     assert gcs.list(names.bucket) == ["theirs.txt"]
-    delete_whole_bucket(config.gcp_conn_id, names.bucket)  # the janitor tests on this emulator would find it
+    delete_whole_bucket(config, config.gcp_conn_id, names.bucket)  # the janitor tests on this emulator would find it

@@ -59,6 +59,8 @@ def hostile_confs(targets) -> list[tuple[str, str, dict]]:
         ("code", STREAMING, {"config_file": site, "container__image": "docker.io/evil/worker:latest"}),
         ("code", STREAMING, {"config_file": site, "model__name": str(targets["team"])}),
         ("identity", STREAMING, {"config_file": site, "gcp_conn_id": "another_teams_admin"}),
+        ("identity", STREAMING, {"config_file": site,
+                                 "impersonation_chain": ["admin@another-team.iam.gserviceaccount.com"]}),
         ("paths", STREAMING, {"config_file": str(targets["outside"])}),
         ("paths", STREAMING, {"config_file": "configs/../../../etc/passwd"}),  # the Param's pattern refuses it
         ("deletion", BATCH, {"config_file": site, "batch__output": f"{targets['team']}/"}),

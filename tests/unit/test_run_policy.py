@@ -36,6 +36,7 @@ HOSTILE = [
     ("model.name", "evil-org/backdoored-model", "code"),
     ("gcp_conn_id", "prod_admin", "identity"),
     ("dataflow.service_account", "admin@other.iam.gserviceaccount.com", "identity"),
+    ("impersonation_chain", ["admin@other.iam.gserviceaccount.com"], "identity"),
     ("project", "another-team-project", "where things are deleted"),
     ("bucket", "another-team-bucket", "where things are deleted"),
     ("local.state_dir", "/", "where things are deleted"),

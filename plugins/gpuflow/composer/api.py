@@ -27,20 +27,23 @@ class ComposerTarget:
     location: str
     project: str | None = None  # None: the connection's project
     conn_id: str = "google_cloud_default"
+    impersonation_chain: list[str] | None = None
 
     def hook(self) -> CloudComposerHook:
         from airflow.providers.google.cloud.hooks.cloud_composer import CloudComposerHook
 
-        return CloudComposerHook(gcp_conn_id=self.conn_id)
+        return CloudComposerHook(gcp_conn_id=self.conn_id, impersonation_chain=self.impersonation_chain)
 
     def where(self) -> dict[str, Any]:
         return {"project_id": self.project, "region": self.location, "environment_id": self.environment}
 
 
-def this_environment(conn_id: str) -> ComposerTarget | None:
+def this_environment(gcp_conn_id: str, impersonation_chain: list[str] | None = None) -> ComposerTarget | None:
     """The Composer environment this process runs in, or None elsewhere."""
     environment, location, project = (os.environ.get(name) for name in ENVIRONMENT_VARIABLES)
-    return ComposerTarget(environment, location, project or None, conn_id) if environment and location else None
+    if not (environment and location):
+        return None
+    return ComposerTarget(environment, location, project or None, gcp_conn_id, impersonation_chain)
 
 
 def environment_facts(target: ComposerTarget) -> dict[str, Any]:

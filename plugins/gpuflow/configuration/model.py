@@ -620,6 +620,10 @@ class GpuflowConfig(_Section):
         ),
     )
     gcp_conn_id: str = Field("google_cloud_default", description="Airflow connection for Google Cloud hooks.")
+    impersonation_chain: list[str] = Field(default_factory=list, description=(
+        "gcp: service accounts every Google call, hook and job launch impersonates, the last the one that acts "
+        "(the provider's impersonation_chain). How a team on a shared Composer environment acts as its own account. "
+        "Set only by the configuration file. Empty: the connection's (its extra's impersonation_chain, if any)."))
     beam_version: str = Field("2.77.0", description="Beam version of the worker container.")
     python_version: str = Field("3.11", description="Python minor version of the worker container.")
     require_gpu: bool = Field(False, description="Fail when the workers see no GPU instead of running on CPU.")
@@ -685,6 +689,24 @@ class GpuflowConfig(_Section):
         if not re.fullmatch(pattern, value):
             raise ValueError(message)
         return value
+
+    @field_validator("impersonation_chain")
+    @classmethod
+    def _service_accounts(cls, chain: list[str]) -> list[str]:
+        # Only a service account can be impersonated (cloud.google.com/iam/docs/service-account-impersonation)
+        wrong = [account for account in chain if not re.fullmatch(r"[a-z0-9._-]+@[a-z0-9.-]+\.gserviceaccount\.com",
+                                                                   account)]
+        if wrong:
+            raise ValueError(f"{wrong} are not service account emails (NAME@PROJECT.iam.gserviceaccount.com): only a "
+                             "service account can be impersonated")
+        return chain
+
+    def hook_identity(self, conn_id: str | None = None) -> dict[str, Any]:
+        """The provider hooks' identity arguments: ``gcp_conn_id`` (``conn_id``: the platform's, which on the local
+        profile is the emulators'; else the file's) and, on gcp, the file's ``impersonation_chain`` (the emulators
+        take no identity)."""
+        chain = [] if self.traits.storage_emulator else self.impersonation_chain
+        return {"gcp_conn_id": conn_id or self.gcp_conn_id, "impersonation_chain": chain or None}
 
     @field_validator("bucket")
     @classmethod

@@ -74,7 +74,7 @@ class ComputeClients(NamedTuple):
     cloud_quotas: cloudquotas_v1.CloudQuotasClient
 
 
-def compute_clients(conn_id: str) -> ComputeClients:
+def compute_clients(gcp_conn_id: str, impersonation_chain: list[str] | None = None) -> ComputeClients:
     """Compute Engine's Regions, Projects and AcceleratorTypes clients and the Cloud Quotas client, with the Airflow
     connection's credentials.
 
@@ -83,7 +83,7 @@ def compute_clients(conn_id: str) -> ComputeClients:
     from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
     from google.cloud import cloudquotas_v1, compute_v1
 
-    credentials = GoogleBaseHook(gcp_conn_id=conn_id).get_credentials()
+    credentials = GoogleBaseHook(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain).get_credentials()
     return ComputeClients(compute_v1.RegionsClient(credentials=credentials),
                           compute_v1.ProjectsClient(credentials=credentials),
                           compute_v1.AcceleratorTypesClient(credentials=credentials),

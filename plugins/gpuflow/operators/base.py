@@ -70,7 +70,7 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
     from gpuflow.platform import get_platform
 
     platform = get_platform(config)
-    composer = this_environment(config.gcp_conn_id)  # on Composer: its Airflow's pools, its image, its triggerer
+    composer = this_environment(**config.hook_identity())  # on Composer: its Airflow's pools, its image, its triggerer
     gpu_pool = (GPU_POOL, lambda name: pool_state(composer, name)) if composer else None
     findings = run_preflight(config, workflow=workflow, zones_offering=platform.zones_offering,
                              access=platform.access_probe(), gpu_pool=gpu_pool,

@@ -85,7 +85,7 @@ class DataprocBatchOperator(GpuflowStepOperator):
             context["ti"].xcom_push(key="operation", value=self._operation_name)
         log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, config.dataproc.timeout_s)
         trigger = CancellingDataprocBatchTrigger(
-            batch_id=batch_id, project_id=config.project, region=config.region, gcp_conn_id=config.gcp_conn_id,
+            batch_id=batch_id, project_id=config.project, region=config.region, **config.hook_identity(),
             polling_interval_seconds=self.poll_interval if self.poll_interval is not None
             else config.dataproc.poll_interval_s,
             timeout_s=config.dataproc.timeout_s, cancel_on_kill=self.cancel_on_kill)

@@ -34,7 +34,7 @@ class GpuQuotaReportOperator(BaseOperator):
                 log.info("local GPUs: %s", report["gpus"])
             return {"profile": "local", **report}
         self._check_access(config)
-        readings = gpu_quota(config, compute_clients(config.gcp_conn_id))
+        readings = gpu_quota(config, compute_clients(**config.hook_identity()))
         log.info("GPU quota for %s:\n%s", config.project, format_quota(readings))
         for reading in readings:
             if not reading.known:

@@ -42,14 +42,14 @@ def _read_chunks(path: Path) -> Iterator[bytes]:
 class BatchFiles:
     """Both kinds of path behind one interface, so the steps are written once."""
 
-    def __init__(self, conn_id: str):
-        self.conn_id = conn_id
+    def __init__(self, gcp_conn_id: str, impersonation_chain: list[str] | None = None):
+        self.gcp_conn_id, self.impersonation_chain = gcp_conn_id, impersonation_chain
 
     @cached_property
     def gcs(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-        return GCSHook(gcp_conn_id=self.conn_id)
+        return GCSHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
 
     def matching(self, pattern: str) -> list[str]:
         """The files a glob matches (GCS: its objects.list matchGlob, ``*`` within one folder)."""

@@ -104,7 +104,7 @@ class CloudBuildImages(GcpService):
     def _build_hook(self) -> CloudBuildHook:
         from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
 
-        return CloudBuildHook(gcp_conn_id=self.conn_id)
+        return CloudBuildHook(**self.config.hook_identity(self.conn_id))
 
     def cancel_build(self, build_id: str) -> None:
         self._build_hook().cancel_build(id_=build_id, project_id=self.config.project, location=self.config.region)

@@ -98,7 +98,7 @@ class GcpClients:
         service account)."""
         from airflow.providers.google.cloud.hooks.cloud_build import CloudBuildHook
 
-        return CloudBuildHook(gcp_conn_id=self.conn_id).get_conn(location=location)
+        return CloudBuildHook(gcp_conn_id=self.conn_id, impersonation_chain=self._chain).get_conn(location=location)
 
     def projects(self) -> resourcemanager_v3.ProjectsClient:
         from google.cloud import resourcemanager_v3
@@ -124,7 +124,7 @@ class GcpClients:
         """Cloud Storage through the provider's GCSHook (the emulator's, where the environment names one)."""
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-        return GCSHook(gcp_conn_id=self.conn_id).get_conn()
+        return GCSHook(gcp_conn_id=self.conn_id, impersonation_chain=self._chain).get_conn()
 
     @cached_property
     def _compute(self) -> ComputeClients:
@@ -132,7 +132,7 @@ class GcpClients:
         region reads."""
         from gpuflow.gpus.quota import compute_clients
 
-        return compute_clients(self.conn_id)
+        return compute_clients(self.conn_id, self._chain)
 
     def compute(self) -> ComputeClients:
         return self._compute

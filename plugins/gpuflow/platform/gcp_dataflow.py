@@ -104,7 +104,7 @@ class DataflowJobs(GcpService):
         from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
 
         dataflow = self.config.dataflow
-        return DataflowHook(gcp_conn_id=self.conn_id, drain_pipeline=drain,
+        return DataflowHook(**self.config.hook_identity(self.conn_id), drain_pipeline=drain,
                             cancel_timeout=max(1, round(dataflow.stop_timeout_s)) if wait else None,
                             poll_sleep=dataflow.poll_interval_s)  # type: ignore[arg-type] # seconds, a float
 
@@ -285,4 +285,4 @@ class DataflowJobs(GcpService):
     def _async_hook(self) -> AsyncDataflowHook:
         from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
 
-        return AsyncDataflowHook(gcp_conn_id=self.conn_id)
+        return AsyncDataflowHook(**self.config.hook_identity(self.conn_id))

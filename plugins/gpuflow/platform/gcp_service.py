@@ -17,7 +17,7 @@ class GcpService:
     def __init__(self, config: GpuflowConfig):
         self.config = config
         self.conn_id = config.gcp_conn_id
-        self.clients = GcpClients(self.conn_id)
+        self.clients = GcpClients(self.conn_id, config.impersonation_chain or None)
 
     def environment(self) -> contextlib.AbstractContextManager[Any]:
         # The provider's hooks read the Airflow connection; nothing has to be set in this process.
@@ -26,4 +26,4 @@ class GcpService:
     def _gcs(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-        return GCSHook(gcp_conn_id=self.conn_id)
+        return GCSHook(**self.config.hook_identity(self.conn_id))

@@ -118,7 +118,7 @@ class VertexExport(GcpService):
     def _vertex_hook(self) -> CustomJobHook:
         from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
 
-        return CustomJobHook(gcp_conn_id=self.conn_id)
+        return CustomJobHook(**self.config.hook_identity(self.conn_id))
 
     def cancel_export(self, job_name: str) -> None:
         self._vertex_hook().cancel_custom_job(project_id=self.config.project, region=self.config.region,

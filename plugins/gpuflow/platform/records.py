@@ -46,7 +46,7 @@ class Records:
     def gcs(self) -> GCSHook:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-        return GCSHook(gcp_conn_id=self.conn_id)
+        return GCSHook(**self.config.hook_identity(self.conn_id))
 
     # -- deployment records -----------------------------------------------------------------------
     def record_location(self, name: str) -> str:

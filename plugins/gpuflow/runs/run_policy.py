@@ -47,6 +47,7 @@ SITE_ONLY = {
 #: check keeps a knob.
 _WHY = {
     "gcp_conn_id": "it picks the credentials every task uses",
+    "impersonation_chain": "it picks the identity every task acts as",
     "dataflow.service_account": "it picks the identity the jobs run as",
     "project": "it picks the project the run creates and deletes things in",
     "bucket": "it picks the bucket the run writes into and deletes from",

@@ -28,7 +28,7 @@ class CountsDoNotAddUp(RuntimeError):
 
 
 def find_input(config: GpuflowConfig, conn_id: str) -> list[str]:
-    files = BatchFiles(conn_id).matching(config.batch.input)
+    files = BatchFiles(**config.hook_identity(conn_id)).matching(config.batch.input)
     log.info("%d input file(s) match %s%s", len(files), config.batch.input, f": {files[:10]}" if files else "")
     return files
 
@@ -52,7 +52,7 @@ def staged_summary(config: GpuflowConfig, names: ResourceNames, conn_id: str, jo
     """The run's summary, from the job's own counts checked against the files: lines in (counted again in the
     input), answered and dead-lettered (counted in the staged files), which must add up; with prompts/s and
     tokens/s over the job's ``job_seconds``."""
-    files = BatchFiles(conn_id)
+    files = BatchFiles(**config.hook_identity(conn_id))
     staged_answers, staged_dead_letters = staging_folders(config, names.prefix)
     summary_file = staged_answers + SUMMARY_FILE
     try:
@@ -82,7 +82,7 @@ def staged_summary(config: GpuflowConfig, names: ResourceNames, conn_id: str, jo
 
 def publish_outputs(config: GpuflowConfig, names: ResourceNames, conn_id: str, summary: dict[str, Any]) -> None:
     """Replace the date's dead letters and answers with the run's staged ones; ``_SUCCESS`` (the summary) last."""
-    files = BatchFiles(conn_id)
+    files = BatchFiles(**config.hook_identity(conn_id))
     staged_answers, staged_dead_letters = staging_folders(config, names.prefix)
     files.delete(config.batch.output + SUCCESS_FILE)  # from now on, no reader takes the folder as whole
     files.replace_folder(staged_dead_letters, config.batch.dead_letter_output, [DEAD_LETTERS_FILE])
@@ -95,7 +95,7 @@ def publish_outputs(config: GpuflowConfig, names: ResourceNames, conn_id: str, s
 
 def discard_staging(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> int:
     """Delete the run's staging folders (after publishing, or at cleanup of a run that failed); files deleted."""
-    files = BatchFiles(conn_id)
+    files = BatchFiles(**config.hook_identity(conn_id))
     deleted = sum(files.delete_folder(folder) for folder in staging_folders(config, names.prefix))
     if deleted:
         log.info("deleted %d staged file(s) of run %s", deleted, names.prefix)

@@ -74,7 +74,7 @@ def run_local_batch(config: GpuflowConfig) -> dict[str, Any]:
 def _hook(config: GpuflowConfig) -> DataprocHook:
     from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
 
-    return DataprocHook(gcp_conn_id=config.gcp_conn_id)
+    return DataprocHook(**config.hook_identity())
 
 
 def staged_main_file_uri(config: GpuflowConfig, prefix: str, lease: tuple[str, str] | None = None) -> str:
@@ -93,7 +93,7 @@ def staged_main_file_uri(config: GpuflowConfig, prefix: str, lease: tuple[str, s
 
         Records(config, config.gcp_conn_id).write_lease(resource_names(config, prefix), *lease)
     object_name = f"gpuflow/{prefix}/spark_jobs/{main_file(config).name}"
-    GCSHook(gcp_conn_id=config.gcp_conn_id).upload(config.bucket, object_name, filename=str(main_file(config)))
+    GCSHook(**config.hook_identity()).upload(config.bucket, object_name, filename=str(main_file(config)))
     return f"gs://{config.bucket}/{object_name}"
 
 
@@ -101,7 +101,7 @@ def read_driver_output(config: GpuflowConfig, output_uri: str) -> str:
     """Dataproc writes the driver's output to ``<output_uri>.NNNNNNNNN`` objects in GCS."""
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-    gcs = GCSHook(gcp_conn_id=config.gcp_conn_id)
+    gcs = GCSHook(**config.hook_identity())
     bucket, _, prefix = output_uri.removeprefix("gs://").partition("/")
     return "".join(gcs.download(bucket, name).decode("utf-8", errors="replace")
                    for name in sorted(gcs.list(bucket, prefix=prefix)))

@@ -127,7 +127,7 @@ def hand_over_backlog(config: GpuflowConfig, conn_id: str, subscription: str, to
     it is only acknowledged there, so the loop ends."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
-    pubsub, moved = PubSubHook(gcp_conn_id=conn_id), 0
+    pubsub, moved = PubSubHook(**config.hook_identity(conn_id)), 0
     while received := pubsub.pull(subscription=subscription, max_messages=100, project_id=config.project,
                                   return_immediately=True):
         originals = [r for r in received if HANDED_OVER not in r.message.attributes]

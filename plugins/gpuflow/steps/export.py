@@ -16,11 +16,11 @@ log = logging.getLogger(__name__)
 EXPORT_MARKER = "gpuflow_export.json"
 
 
-def existing_export(names: ResourceNames, conn_id: str) -> dict[str, Any] | None:
+def existing_export(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, Any] | None:
     """The marker of a finished export at the run's model path, or None."""
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-    gcs = GCSHook(gcp_conn_id=conn_id)
+    gcs = GCSHook(**config.hook_identity(conn_id))
     bucket, _, folder = names.model_dir_uri.removeprefix("gs://").partition("/")
     marker_object, state_dict_object = f"{folder}/{EXPORT_MARKER}", f"{folder}/state_dict.pth"
     if not (gcs.exists(bucket, marker_object) and gcs.exists(bucket, state_dict_object)):
@@ -35,7 +35,7 @@ def export_model(config: GpuflowConfig, names: ResourceNames, platform: ExportBa
 
     A remote export is only started: the result's ``job`` is its handle, and the task defers until it ends."""
     result = {"state_dict_uri": names.state_dict_uri, "model_dir_uri": names.model_dir_uri, "model": config.model.name}
-    marker = existing_export(names, platform.conn_id)
+    marker = existing_export(config, names, platform.conn_id)
     needs_folder = config.inference.engine == "vllm"  # vLLM serves the save_pretrained folder, not the state_dict
     if marker and marker.get("model_name") == config.model.name and marker.get("dtype") == "bfloat16" \
             and (marker.get("save_pretrained") or not needs_folder):

@@ -218,7 +218,7 @@ def clean_up(config: GpuflowConfig, platform: JobFinder, leftovers: dict[str, li
                 *delete_topics(config, platform.conn_id, leftovers["topics"], raise_errors=False)]
     for bucket in leftovers["buckets"]:
         try:
-            delete_whole_bucket(platform.conn_id, bucket)
+            delete_whole_bucket(config, platform.conn_id, bucket)
         except Exception as error:
             problems.append(f"bucket {bucket}: {error}")
     for folder in leftovers["prefixes"]:

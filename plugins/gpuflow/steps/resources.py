@@ -28,11 +28,11 @@ PROMPTS_ACK_DEADLINE_S = 60
 ANSWERS_ACK_DEADLINE_S = 10
 
 
-def _hooks(conn_id: str) -> tuple[PubSubHook, GCSHook]:
+def _hooks(config: GpuflowConfig, conn_id: str) -> tuple[PubSubHook, GCSHook]:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
-    return PubSubHook(gcp_conn_id=conn_id), GCSHook(gcp_conn_id=conn_id)
+    return PubSubHook(**config.hook_identity(conn_id)), GCSHook(**config.hook_identity(conn_id))
 
 
 def _bucket_readable(gcs: GCSHook, bucket: str) -> bool:
@@ -52,7 +52,7 @@ def _project_number(config: GpuflowConfig, conn_id: str) -> str | None:
         return None
     from gpuflow.platform.gcp_clients import GcpClients
 
-    project = GcpClients(conn_id).projects().get_project(request={"name": f"projects/{config.project}"})
+    project = GcpClients(conn_id, config.impersonation_chain or None).projects().get_project(request={"name": f"projects/{config.project}"})
     return str(project.name).split("/", 1)[1]
 
 
@@ -115,7 +115,7 @@ def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
     the janitor can tell whose the rest is."""
     from gpuflow.platform.records import Records
 
-    pubsub_hook, gcs = _hooks(conn_id)
+    pubsub_hook, gcs = _hooks(config, conn_id)
     topics = names.topics if pubsub else []
     subscriptions = dict(names.run_subscriptions) if pubsub else {}
     if pubsub and job_subscription:
@@ -169,7 +169,7 @@ def delete_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
 def delete_run_bucket(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> None:
     """The run's own bucket, once ``check_run_bucket`` proves it is: one that is not (another run's, another
     project's) is left as it is, with a warning."""
-    _, gcs = _hooks(conn_id)
+    _, gcs = _hooks(config, conn_id)
     if not _bucket_readable(gcs, names.bucket):
         return
     try:
@@ -177,12 +177,12 @@ def delete_run_bucket(config: GpuflowConfig, names: ResourceNames, conn_id: str)
     except RuntimeError as error:
         log.warning("left bucket gs://%s as it is: %s", names.bucket, error)
         return
-    delete_whole_bucket(conn_id, names.bucket)
+    delete_whole_bucket(config, conn_id, names.bucket)
 
 
-def delete_whole_bucket(conn_id: str, bucket: str) -> None:
+def delete_whole_bucket(config: GpuflowConfig, conn_id: str, bucket: str) -> None:
     """A run's own bucket: its objects, then itself (one that is gone is fine)."""
-    _, gcs = _hooks(conn_id)
+    _, gcs = _hooks(config, conn_id)
     if _bucket_readable(gcs, bucket):
         for blob_name in gcs.list(bucket):
             gcs.delete(bucket, blob_name)
@@ -192,13 +192,13 @@ def delete_whole_bucket(conn_id: str, bucket: str) -> None:
 def delete_subscriptions(config: GpuflowConfig, conn_id: str, subscriptions: list[str],
                          raise_errors: bool = True) -> list[str]:
     """Delete each (one that is gone is fine); the problems, or raise them."""
-    pubsub_hook, _ = _hooks(conn_id)
+    pubsub_hook, _ = _hooks(config, conn_id)
     return _each(subscriptions, "subscription", raise_errors, lambda subscription: pubsub_hook.delete_subscription(
         subscription=subscription, project_id=config.project, fail_if_not_exists=False))
 
 
 def delete_topics(config: GpuflowConfig, conn_id: str, topics: list[str], raise_errors: bool = True) -> list[str]:
-    pubsub_hook, _ = _hooks(conn_id)
+    pubsub_hook, _ = _hooks(config, conn_id)
     return _each(topics, "topic", raise_errors, lambda topic: pubsub_hook.delete_topic(
         topic=topic, project_id=config.project, fail_if_not_exists=False))
 
@@ -217,7 +217,7 @@ def _each(items: list[str], kind: str, raise_errors: bool, delete: Callable[[str
 
 def delete_objects(config: GpuflowConfig, conn_id: str, folder_uri: str) -> int:
     """Delete every object under a gs:// folder of a bucket that stays; how many there were."""
-    _, gcs = _hooks(conn_id)
+    _, gcs = _hooks(config, conn_id)
     bucket, prefix = split_gcs_uri(folder_uri)
     if not _bucket_readable(gcs, bucket):
         return 0
@@ -230,7 +230,7 @@ def delete_objects(config: GpuflowConfig, conn_id: str, folder_uri: str) -> int:
 def list_labeled(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...]) -> dict[str, dict[str, dict[str, str]]]:
     """The project's topics and subscriptions whose names start with ``prefix`` (or one of several), each with
     its labels (the janitor's proof of ownership: a name proves nothing)."""
-    pubsub, _ = _hooks(conn_id)
+    pubsub, _ = _hooks(config, conn_id)
     project_path = f"projects/{config.project}"
     topics = {t.name.rsplit("/", 1)[-1]: dict(t.labels)
               for t in pubsub.get_conn().list_topics(request={"project": project_path})}
@@ -247,6 +247,6 @@ def list_named(config: GpuflowConfig, conn_id: str, prefix: str | tuple[str, ...
 
 def list_run_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> dict[str, list[str]]:
     """What still exists of the run (topics, subscriptions, bucket); used by tests and cleanup checks."""
-    _, gcs = _hooks(conn_id)
+    _, gcs = _hooks(config, conn_id)
     return {**list_named(config, conn_id, names.prefix),
             "buckets": [names.bucket] if names.bucket_is_run_scoped and _bucket_readable(gcs, names.bucket) else []}

@@ -117,7 +117,7 @@ def publish_round(config: GpuflowConfig, names: ResourceNames, conn_id: str, sta
     batch = uuid.uuid4().hex[:8]
     this_round = {f"smoke-{batch}-{i}": prompt for i, prompt in enumerate(smoke_prompts(config.smoke_test.num_prompts))}
     state.sent.update(this_round)
-    PubSubHook(gcp_conn_id=conn_id).publish(topic=names.prompts_topic, project_id=config.project, messages=[
+    PubSubHook(**config.hook_identity(conn_id)).publish(topic=names.prompts_topic, project_id=config.project, messages=[
         {"data": prompt.encode(), "attributes": {"id": prompt_id}} for prompt_id, prompt in this_round.items()])
     log.info("published %d prompts to %s%s", len(this_round), names.prompts_topic,
              f" (round {state.round_number}, waiting for version {state.expect_version})"
@@ -154,7 +154,7 @@ def acknowledge(config: GpuflowConfig, conn_id: str, acks: dict[str, list[str]])
     message; the next wait of this task sees it as already answered."""
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
-    hook = PubSubHook(gcp_conn_id=conn_id)
+    hook = PubSubHook(**config.hook_identity(conn_id))
     for subscription, ack_ids in acks.items():
         try:
             hook.acknowledge(subscription=subscription, project_id=config.project, ack_ids=ack_ids)

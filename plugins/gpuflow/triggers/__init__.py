@@ -40,20 +40,20 @@ def job_trigger(config: GpuflowConfig, handle: JobHandle, until: str, timeout_s:
         from gpuflow.triggers.dataflow import DataflowJobStartTrigger
 
         return DataflowJobStartTrigger(project_id=config.project, location=handle.location, job_id=handle.id,
-                                       until=until, timeout_s=timeout_s, gcp_conn_id=config.gcp_conn_id,
+                                       until=until, timeout_s=timeout_s, **config.hook_identity(),
                                        poll_interval_s=poll_s, cancel_on_kill=cancel_on_kill)
     if handle.kind == "vertex-custom-job":
         from gpuflow.triggers.cancelling import CancellingCustomJobTrigger
 
         return CancellingCustomJobTrigger(project_id=config.project, location=handle.location,
                                           custom_job_id=handle.name.rsplit("/", 1)[-1],
-                                          gcp_conn_id=config.gcp_conn_id, poll_interval=max(1, round(poll_s)),
+                                          **config.hook_identity(), poll_interval=max(1, round(poll_s)),
                                           timeout_s=timeout_s, cancel_on_kill=cancel_on_kill)
     if handle.kind == "cloud-build":
         from gpuflow.triggers.cancelling import CancellingCloudBuildTrigger
 
         return CancellingCloudBuildTrigger(id_=handle.id, project_id=config.project, location=handle.location,
-                                           gcp_conn_id=config.gcp_conn_id, poll_interval=poll_s, timeout_s=timeout_s,
+                                           **config.hook_identity(), poll_interval=poll_s, timeout_s=timeout_s,
                                            cancel_on_kill=cancel_on_kill)
     raise ValueError(f"no trigger waits on a job of kind {handle.kind}")
 

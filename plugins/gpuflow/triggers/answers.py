@@ -46,8 +46,10 @@ MAX_MESSAGES = 100
 class _Subscriber:
     """Pull and acknowledge on one project's subscriptions: the provider's async hook, or the emulator."""
 
-    def __init__(self, project: str, gcp_conn_id: str, emulator_host: str | None):
+    def __init__(self, project: str, gcp_conn_id: str, emulator_host: str | None,
+                 impersonation_chain: list[str] | None = None):
         self.project, self.gcp_conn_id, self.emulator_host = project, gcp_conn_id, emulator_host
+        self.impersonation_chain = impersonation_chain
         self._hook = self._client = None
 
     async def pull(self, subscription: str) -> list[Any]:
@@ -74,7 +76,8 @@ class _Subscriber:
         if self._hook is None:
             from airflow.providers.google.cloud.hooks.pubsub import PubSubAsyncHook
 
-            self._hook = PubSubAsyncHook(gcp_conn_id=self.gcp_conn_id, project_id=self.project)
+            self._hook = PubSubAsyncHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain,
+                                         project_id=self.project)
         return self._hook
 
     def _emulator_client(self):
@@ -98,19 +101,21 @@ class SmokeAnswersTrigger(SettlingTrigger):
 
     def __init__(self, project: str, answers_subscription: str, dead_letter_subscription: str, ids: list[str],
                  pending: list[str], started: float, deadline: float, gcp_conn_id: str,
-                 emulator_host: str | None = None, poll_interval_s: float = 0.5, settle_s: float = HOLD_S):
+                 impersonation_chain: list[str] | None = None, emulator_host: str | None = None,
+                 poll_interval_s: float = 0.5, settle_s: float = HOLD_S):
         super().__init__(settle_s)
         self.project, self.ids, self.pending = project, list(ids), list(pending)
         self.answers_subscription, self.dead_letter_subscription = answers_subscription, dead_letter_subscription
         self.started, self.deadline, self.poll_interval_s = started, deadline, poll_interval_s
-        self.gcp_conn_id, self.emulator_host = gcp_conn_id, emulator_host
+        self.gcp_conn_id, self.impersonation_chain, self.emulator_host = gcp_conn_id, impersonation_chain, emulator_host
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return self._with_settle("gpuflow.triggers.answers.SmokeAnswersTrigger", {
             "project": self.project, "answers_subscription": self.answers_subscription,
             "dead_letter_subscription": self.dead_letter_subscription, "ids": self.ids, "pending": self.pending,
             "started": self.started,
-            "deadline": self.deadline, "gcp_conn_id": self.gcp_conn_id, "emulator_host": self.emulator_host,
+            "deadline": self.deadline, "gcp_conn_id": self.gcp_conn_id, "impersonation_chain": self.impersonation_chain,
+            "emulator_host": self.emulator_host,
             "poll_interval_s": self.poll_interval_s})
 
     def _entry(self, kind: str, subscription: str, received: Any) -> dict[str, Any]:
@@ -125,7 +130,7 @@ class SmokeAnswersTrigger(SettlingTrigger):
         return entry
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
-        subscriber = _Subscriber(self.project, self.gcp_conn_id, self.emulator_host)
+        subscriber = _Subscriber(self.project, self.gcp_conn_id, self.emulator_host, self.impersonation_chain)
         wanted, pending = set(self.ids), set(self.pending)
         # (prompt id, kind, model version) -> what came, in arrival order; a duplicate's ack ids join the first's
         received: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -175,5 +180,5 @@ def smoke_answers_trigger(config: Any, names: Any, state: Any) -> SmokeAnswersTr
         project=config.project, answers_subscription=names.responses_subscription,
         dead_letter_subscription=names.dead_letter_subscription, ids=list(state.sent), pending=waiting,
         started=state.window_start,
-        deadline=state.deadline, gcp_conn_id=config.gcp_conn_id,
+        deadline=state.deadline, **config.hook_identity(),
         emulator_host=os.environ.get("PUBSUB_EMULATOR_HOST") or None)

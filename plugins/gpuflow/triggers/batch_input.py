@@ -93,4 +93,5 @@ def input_trigger(config: Any) -> SettlingTrigger | BoundedGcsBlobTrigger:
     bucket, _, name_glob = batch.input.removeprefix("gs://").partition("/")
     return BoundedGcsBlobTrigger(bucket=bucket, object_name=name_glob, use_glob=True,
                                  poke_interval=batch.input_poll_interval_s, google_cloud_conn_id=config.gcp_conn_id,
-                                 hook_params={}, timeout_s=batch.input_wait_s)
+                                 hook_params={"impersonation_chain": config.impersonation_chain or None},
+                                 timeout_s=batch.input_wait_s)

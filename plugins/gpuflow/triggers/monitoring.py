@@ -19,23 +19,25 @@ def gpu_usage_trigger(config: Any, job_id: str, started: float, ended: float) ->
     return GpuMetricsTrigger(
         project_id=config.project, job_id=job_id, started=started, ended=ended,
         metrics={"utilization": smoke.gpu_utilization_metric, "memory_utilization": smoke.gpu_memory_metric},
-        timeout_s=smoke.gpu_usage_timeout_s, gcp_conn_id=config.gcp_conn_id,
+        timeout_s=smoke.gpu_usage_timeout_s, **config.hook_identity(),
         poll_interval_s=config.dataflow.poll_interval_s)
 
 
 class GpuMetricsTrigger(SettlingTrigger):
     def __init__(self, project_id: str, job_id: str, metrics: dict[str, str], started: float, ended: float,
-                 timeout_s: float, gcp_conn_id: str = "google_cloud_default", poll_interval_s: float = 10.0, settle_s: float = HOLD_S):
+                 timeout_s: float, gcp_conn_id: str = "google_cloud_default",
+                 impersonation_chain: list[str] | None = None, poll_interval_s: float = 10.0, settle_s: float = HOLD_S):
         super().__init__(settle_s)
         self.project_id, self.job_id, self.metrics = project_id, job_id, metrics
         self.started, self.ended, self.timeout_s = started, ended, timeout_s
-        self.gcp_conn_id, self.poll_interval_s = gcp_conn_id, poll_interval_s
+        self.gcp_conn_id, self.impersonation_chain = gcp_conn_id, impersonation_chain
+        self.poll_interval_s = poll_interval_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return self._with_settle("gpuflow.triggers.monitoring.GpuMetricsTrigger", {
             "project_id": self.project_id, "job_id": self.job_id, "metrics": self.metrics, "started": self.started,
             "ended": self.ended, "timeout_s": self.timeout_s, "gcp_conn_id": self.gcp_conn_id,
-            "poll_interval_s": self.poll_interval_s})
+            "impersonation_chain": self.impersonation_chain, "poll_interval_s": self.poll_interval_s})
 
     async def _read(self, client, requests: dict[str, Any]) -> dict[str, list[float]]:
         from gpuflow.platform.gpu_metrics import point_values
@@ -51,7 +53,7 @@ class GpuMetricsTrigger(SettlingTrigger):
         from gpuflow.platform import gcp_service
         from gpuflow.platform.gpu_metrics import metric_requests, no_readings, usage_summary
 
-        client = await sync_to_async(gcp_service.GcpClients(self.gcp_conn_id).monitoring_async)()
+        client = await sync_to_async(gcp_service.GcpClients(self.gcp_conn_id, self.impersonation_chain).monitoring_async)()
         requests = metric_requests(self.project_id, self.metrics, self.job_id, self.started, self.ended)
         started = time.monotonic()
         while True:
