@@ -20,7 +20,8 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
-    return yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text())
+    return loaded
 
 
 @dataclass(frozen=True)
@@ -110,12 +111,13 @@ def fixed_gpu_machine_types(gpu: str) -> list[str]:
 
 def region_offers(region: str) -> list[str] | None:
     """GPU types the region offers, or None when the table does not know the region."""
-    return _load("gpus")["regions"]["offers"].get(region)
+    offers: list[str] | None = _load("gpus")["regions"]["offers"].get(region)
+    return offers
 
 
 def table_date(table: str) -> str:
     data = _load("gpus")
-    return data[table]["as_of"] if table in data else _load("models")["as_of"]
+    return str(data[table]["as_of"] if table in data else _load("models")["as_of"])
 
 
 @dataclass(frozen=True)
@@ -154,30 +156,33 @@ def cpu_worker_machine_for(name: str, parameters_m: float | None) -> str:
                   key=lambda row: row.parameters_m)
     if parameters_m is None:
         return "n2-highmem-4"
-    return next((row for row in rows if row.parameters_m >= parameters_m), rows[-1]).cpu_worker_machine
+    return next((row for row in rows if row.parameters_m >= parameters_m), rows[-1]).cpu_worker_machine or "n2-highmem-4"
 
 
 def bytes_per_parameter(dtype: str) -> int:
-    return _load("models")["bytes_per_parameter"][dtype]
+    return int(_load("models")["bytes_per_parameter"][dtype])
 
 
 def runtime_overhead() -> float:
-    return _load("models")["runtime_overhead"]
+    return float(_load("models")["runtime_overhead"])
 
 
 def driver_for_cuda(cuda_major: int) -> int | None:
     """The oldest driver branch that runs CUDA ``cuda_major`` builds (NVIDIA's minor version compatibility)."""
-    return _load("images")["cuda_drivers"]["min_driver"].get(cuda_major)
+    driver: int | None = _load("images")["cuda_drivers"]["min_driver"].get(cuda_major)
+    return driver
 
 
 def transformers_torch_floor(transformers_version: str) -> str | None:
     """The oldest torch a transformers release loads models with; None where gpuflow has not read it."""
-    return _load("images")["transformers_torch_floor"]["releases"].get(transformers_version)
+    floor: str | None = _load("images")["transformers_torch_floor"]["releases"].get(transformers_version)
+    return floor
 
 
 def flex_launcher_tag(python_version: str) -> str | None:
     """The pinned tag of the Flex Template launcher image for ``python_version`` (images.yaml's flex_launcher)."""
-    return _load("images")["flex_launcher"]["tags"].get(python_version)
+    tag: str | None = _load("images")["flex_launcher"]["tags"].get(python_version)
+    return tag
 
 
 def export_image_versions(image_uri: str) -> tuple[str, str | None] | None:
@@ -210,17 +215,17 @@ def access_needs() -> dict[str, AccessNeed]:
 def access_table(section: str) -> dict[str, Any]:
     """One of access.yaml's other sections: worker_service_account, build_service_account, check_reads,
     org_policies."""
-    return _load("access")[section]
+    return dict(_load("access")[section])
 
 
 def composer_floor() -> dict[str, Any]:
     """The oldest Composer image line and packages gpuflow runs on (composer.yaml's floor, with its source)."""
-    return _load("composer")["floor"]
+    return dict(_load("composer")["floor"])
 
 
 def composer_tested_lines() -> dict[str, dict[str, Any]]:
     """The Composer lines `make test-composer LINE=…` runs gpuflow on: their pinned packages and constraints."""
-    return _load("composer")["tested_lines"]
+    return dict(_load("composer")["tested_lines"])
 
 
 @dataclass(frozen=True)

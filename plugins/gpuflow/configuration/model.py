@@ -148,7 +148,7 @@ REGION = re.compile(r"[a-z]+(-[a-z]+)*[0-9]{1,2}")
 ZONE = re.compile(REGION.pattern + r"-[a-z]")
 
 
-def _matches(pattern: re.Pattern, what: str, value: str | None) -> str | None:
+def _matches(pattern: re.Pattern[str], what: str, value: str | None) -> str | None:
     if value is not None and not pattern.fullmatch(value):
         raise ValueError(f"must be a {what} name such as {'us-central1-a' if pattern is ZONE else 'us-central1'}")
     return value
@@ -685,7 +685,7 @@ class GpuflowConfig(_Section):
     @field_validator(*_FIELD_PATTERNS)
     @classmethod
     def _matches_pattern(cls, value: str, info: ValidationInfo) -> str:
-        pattern, message = _FIELD_PATTERNS[info.field_name]
+        pattern, message = _FIELD_PATTERNS[str(info.field_name)]
         if not re.fullmatch(pattern, value):
             raise ValueError(message)
         return value
@@ -718,4 +718,4 @@ class GpuflowConfig(_Section):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
-        return _matches(REGION, "region", value)
+        return _matches(REGION, "region", value) or value

@@ -8,9 +8,13 @@ checks a configuration against them in ``gpuflow.preflight.dataproc_rules``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuflow.catalog import version_tuple
 from gpuflow.configuration.model import DataprocConfig, GpuflowConfig
+
+if TYPE_CHECKING:
+    from google.cloud import dataproc_v1
 
 #: The guide's maximum executor memory + overhead, in MB, per accelerator (and, for L4, cores).
 MAX_TOTAL_MEMORY_MB = {
@@ -76,7 +80,8 @@ def batch_properties(batch: DataprocConfig) -> dict[str, str]:
     return {**batch.properties, **properties}
 
 
-def build_batch(config: GpuflowConfig, main_python_file_uri: str, labels: dict[str, str] | None = None):
+def build_batch(config: GpuflowConfig, main_python_file_uri: str,
+                labels: dict[str, str] | None = None) -> dataproc_v1.Batch:
     """The ``google.cloud.dataproc_v1.Batch`` the gcp profile submits."""
     from google.cloud import dataproc_v1
 

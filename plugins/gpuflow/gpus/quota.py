@@ -90,7 +90,7 @@ def compute_clients(gcp_conn_id: str, impersonation_chain: list[str] | None = No
                           cloudquotas_v1.CloudQuotasClient(credentials=credentials))
 
 
-def zones_offering(project: str, gpu_type: str, region: str, client) -> list[str]:
+def zones_offering(project: str, gpu_type: str, region: str, client: compute_v1.AcceleratorTypesClient) -> list[str]:
     """The zones of the region that offer the GPU type, as Compute Engine lists its accelerator types now
     (acceleratorTypes.aggregatedList, filtered by name)."""
     from google.cloud import compute_v1
@@ -101,7 +101,7 @@ def zones_offering(project: str, gpu_type: str, region: str, client) -> list[str
                   if scope.startswith(f"zones/{region}-") and any(a.name == gpu_type for a in listed.accelerator_types))
 
 
-def _unknown_fix(gpu, region: str) -> str:
+def _unknown_fix(gpu: catalog.GpuType, region: str) -> str:
     if gpu.quota_metric is None and not gpu.quota_families:
         return (f"gpuflow's catalog names no quota for {gpu.name} (catalog/gpus.yaml): read its limit in {region} "
                 "in IAM & Admin > Quotas, filtered by the GPU's name")
@@ -113,7 +113,8 @@ def _unknown_fix(gpu, region: str) -> str:
             f"{gpu.name} and read the quota in IAM & Admin > Quotas")
 
 
-def family_gpu_limits(project: str, families: tuple[str, ...], regions: list[str], client) -> dict[str, float]:
+def family_gpu_limits(project: str, families: tuple[str, ...], regions: list[str],
+                      client: cloudquotas_v1.CloudQuotasClient) -> dict[str, float]:
     """The GPU family's on-demand limit per region, from Cloud Quotas' QuotaInfo of GPUS-PER-GPU-FAMILY-per-project-
     region.
 
@@ -131,7 +132,7 @@ def family_gpu_limits(project: str, families: tuple[str, ...], regions: list[str
     except GoogleAPICallError as error:  # no permission, API not enabled: the quota is unknown, with the fix
         log.warning("Cloud Quotas did not answer for %s (%s)", FAMILY_QUOTA_ID, error)
         return {}
-    limits = {}
+    limits: dict[str, float] = {}
     for region in regions:
         for dimensions_info in info.dimensions_infos:
             dimensions = dict(dimensions_info.dimensions)
@@ -149,8 +150,8 @@ def family_gpu_limits(project: str, families: tuple[str, ...], regions: list[str
     return limits
 
 
-def regional_gpu_quota(config: GpuflowConfig, client, regions: list[str] | None = None,
-                       quotas_client=None) -> list[QuotaReading]:
+def regional_gpu_quota(config: GpuflowConfig, client: compute_v1.RegionsClient, regions: list[str] | None = None,
+                       quotas_client: cloudquotas_v1.CloudQuotasClient | None = None) -> list[QuotaReading]:
     """The GPU's regional quota and usage (Compute Engine), or, for a GPU family quota, its limit (Cloud Quotas);
     a quota the API does not report is unknown, never a limit of 0."""
     from google.cloud import compute_v1
@@ -172,13 +173,13 @@ def regional_gpu_quota(config: GpuflowConfig, client, regions: list[str] | None 
     for region in regions:
         answer = client.get(request=compute_v1.GetRegionRequest(project=config.project, region=region))
         quota = next((q for q in answer.quotas if q.metric == gpu.quota_metric), None)
-        readings.append(QuotaReading(region, gpu.quota_metric, quota.limit if quota else None,
+        readings.append(QuotaReading(region, str(gpu.quota_metric), quota.limit if quota else None,
                                      quota.usage if quota else None, gpus_needed(config),
                                      "" if quota else _unknown_fix(gpu, region)))
     return readings
 
 
-def global_gpu_quota(config: GpuflowConfig, projects_client) -> QuotaReading:
+def global_gpu_quota(config: GpuflowConfig, projects_client: compute_v1.ProjectsClient) -> QuotaReading:
     """The project-wide GPUS_ALL_REGIONS quota and usage."""
     from google.cloud import compute_v1
 

@@ -11,6 +11,7 @@ import shutil
 import string
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuflow import catalog
 from gpuflow.configuration.loading import beam_jobs_dir
@@ -172,7 +173,7 @@ def _install_problems(runs: str) -> list[str]:
     return problems
 
 
-def _base_image_problems(instructions: list[dict], text: str) -> list[str]:
+def _base_image_problems(instructions: list[dict[str, Any]], text: str) -> list[str]:
     """Every image the build starts from or copies from is pinned to a tag (never latest); a missing digest is said."""
     images = [i["value"].split()[0] for i in instructions if i["instruction"] == "FROM"]
     images += [found[1] for i in instructions if i["instruction"] == "COPY"

@@ -34,7 +34,7 @@ def stage_offline(config: GpuflowConfig, names: ResourceNames, script: str, argv
     from gpuflow.platform.emulators import running_emulators
 
     with tempfile.TemporaryDirectory(prefix="gpuflow-check-") as scratch, running_emulators(config, scratch) as env:
-        client = storage.Client(project=config.project, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+        client = storage.Client(project=config.project, credentials=AnonymousCredentials())
         if not client.bucket(names.bucket).exists():
             client.create_bucket(names.bucket)
         command = [*staging_command(config, names, script, argv, image, job_name, streaming), "--no_auth"]

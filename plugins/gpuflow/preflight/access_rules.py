@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from gpuflow.catalog import AccessNeed, access_needs, access_table
 from gpuflow.configuration.model import GpuflowConfig
@@ -187,7 +188,7 @@ def export_identity(config: GpuflowConfig) -> Iterator[Finding]:
                "iam.serviceAccounts.actAs on it is checked with the workers')", "nothing to do")
 
 
-def _worker_roles(config: GpuflowConfig, probe: AccessProbe, email: str, table: dict,
+def _worker_roles(config: GpuflowConfig, probe: AccessProbe, email: str, table: dict[str, Any],
                   workflow: str) -> Iterator[Finding]:
     field, account = "dataflow.service_account", f"serviceAccount:{email}"
     grant = f"gcloud projects add-iam-policy-binding {config.project} --member={account} --role="
@@ -223,7 +224,7 @@ def _worker_roles(config: GpuflowConfig, probe: AccessProbe, email: str, table: 
 
 
 def _worker_reads_registry(config: GpuflowConfig, probe: AccessProbe, email: str, roles: set[str],
-                           table: dict) -> Iterator[Finding]:
+                           table: dict[str, Any]) -> Iterator[Finding]:
     """The image's repository: a role on the project, else on the repository itself."""
     readers, account, repository = set(table["registry_read_roles"]), f"serviceAccount:{email}", \
         config.container.repository
@@ -317,6 +318,8 @@ def region_allowed(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Findin
 
 
 def bucket_usable(config: GpuflowConfig, probe: AccessProbe) -> Iterator[Finding]:
+    if config.bucket is None:  # only called with a bucket (check_access)
+        return
     bucket = probe.bucket(config.bucket)
     if bucket is None:  # setup creates it (its caller's storage.buckets.create is checked above), and keeps it
         yield info("bucket", f"gs://{config.bucket} does not exist yet: the run's setup creates it in {config.region} "

@@ -165,7 +165,7 @@ def right_fitting_machine_types(config: GpuflowConfig) -> Iterator[Finding]:
         yield info("worker.machine_type", "with Dataflow Prime no machine type is sent; Prime picks the workers of "
                    "the steps without the GPU hint", f"the hint still names {config.gpu.machine_type} for RunInference")
         return
-    machine_type = pipeline_machine_type(config)
+    machine_type = pipeline_machine_type(config) or ""
     if machine_type.split("-", 1)[0] in GPU_MACHINE_FAMILIES:
         yield error("worker.machine_type", f"{machine_type} is a GPU machine type; the steps without the GPU hint "
                     "would run on it, each VM billed for its GPUs",
@@ -247,7 +247,7 @@ def cpu_workers(config: GpuflowConfig) -> Iterator[Finding]:
         yield error("gpu.machine_type", f"{machine.name} is a GPU machine type ({machine.family.upper()}), billed for "
                     "its GPUs", f"set gpu.machine_type: {size.cpu_worker_machine if size else 'n2-highmem-4'}"
                     + (f" ({guide})" if guide else ""))
-    elif guide and config.gpu.machine_type != size.cpu_worker_machine:
+    elif size is not None and guide and config.gpu.machine_type != size.cpu_worker_machine:
         yield info("gpu.machine_type", f"{guide}; this run uses {config.gpu.machine_type}",
                    f"set gpu.machine_type: {size.cpu_worker_machine} for the guide's sizing")
 

@@ -46,10 +46,10 @@ def worker_recipe(config: GpuflowConfig) -> Iterator[Finding]:
     except LockError as problem:
         yield error("container.recipe", str(problem), "run `make lock`")
         return
-    for problem, fix in lock_target_problems(config, lock):
-        yield error("container.recipe", problem, fix)
-    for problem in lock_problems(lock, meta.cuda_major, also_cuda=meta.also_cuda):
-        yield error("container.recipe", f"recipe {recipe}: {problem}", "run `make lock`, then `make test`")
+    for target_problem, fix in lock_target_problems(config, lock):
+        yield error("container.recipe", target_problem, fix)
+    for lock_problem in lock_problems(lock, meta.cuda_major, also_cuda=meta.also_cuda):
+        yield error("container.recipe", f"recipe {recipe}: {lock_problem}", "run `make lock`, then `make test`")
     if meta.min_beam and catalog.version_tuple(config.beam_version) < catalog.version_tuple(meta.min_beam):
         yield error("container.recipe", f"recipe {recipe} needs Beam >= {meta.min_beam}",
                     f"set beam_version to {meta.min_beam} or later, or use another recipe")
@@ -75,7 +75,7 @@ def _recipe_for_workers(config: GpuflowConfig, recipe: str, cuda: int | None, dr
         yield error("container.recipe", f"{gpu.name} needs CUDA >= {gpu.min_cuda}; recipe {recipe} installs torch "
                     f"for CUDA {cuda}", f"use a CUDA {gpu.min_cuda} recipe such as l4")
     documented = gpu.min_driver if gpu is not None else None
-    if driver and documented and driver > documented:
+    if gpu is not None and driver and documented and driver > documented:
         yield warning("container.recipe", f"recipe {recipe}'s torch is built for CUDA {cuda}, which needs driver >= "
                       f"{driver}; {gpu.name}'s page asks only for >= {documented}, and {DRIVER_SOURCE}",
                       "run the GPU check job first, and read the job's 'GPU driver' log line; a CUDA 12 recipe "
@@ -108,8 +108,8 @@ def export_lock(config: GpuflowConfig) -> Iterator[Finding]:
     elif lock.python != python:
         yield error("export.container_image", f"{image} runs Python {python}, and docker/locks/export.lock is "
                     f"resolved for Python {lock.python}", "run `make lock` (it reads the export image's Python)")
-    for problem in transformers_problems(lock, image_torch=torch):
-        yield error("export.container_image", problem, "pin a transformers in docker/locks/export.in that accepts "
+    for torch_problem in transformers_problems(lock, image_torch=torch):
+        yield error("export.container_image", torch_problem, "pin a transformers in docker/locks/export.in that accepts "
                     "the image's torch, then `make lock`; or use a newer prebuilt PyTorch image")
     unpinned = [package for package in config.export.pip_packages if not re.search(r"==[^*]+$", package)]
     if unpinned:

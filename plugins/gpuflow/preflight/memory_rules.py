@@ -121,7 +121,7 @@ def gpu_request_and_sharing(config: GpuflowConfig) -> Iterator[Finding]:
         yield info("gpu.sharing", f"{machine.name} has one vCPU, so it runs one SDK process anyway",
                    "no_use_multiple_sdk_containers is still sent; a single-vCPU custom type is the guide's alternative")
     if config.traits.dataflow_workers and config.gpu.sharing == "auto" and share is not None and gpu is not None \
-            and machine is not None:
+            and machine is not None and needed_gb is not None:
         if config.inference.engine == "vllm":
             chosen = (f"Dataflow's default of one SDK process per vCPU ({machine.vcpus}); Beam shares one vLLM "
                       "server per worker across them")

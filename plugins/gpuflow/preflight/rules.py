@@ -256,7 +256,8 @@ def run_preflight(config: GpuflowConfig, check_environment: bool = True, workflo
     ``composer_environment`` (on Composer, what was read of the environment): its image floor and its triggerer
     (``composer_rules``)."""
     config_rules = OWN_CONFIG_RULES.get(workflow, CONFIG_RULES)
-    rules = config_rules + WORKFLOW_CONFIG_RULES[workflow] + (ENVIRONMENT_RULES[workflow] if check_environment else [])
+    rules: list[Any] = [*config_rules, *WORKFLOW_CONFIG_RULES[workflow],
+                        *(ENVIRONMENT_RULES[workflow] if check_environment else [])]
     others = set().union(*(own for profile, own in PROFILE_RULES.items() if profile != config.profile))
     rules = [rule for rule in rules if rule not in others]
     if not config.uses_gpu and config_rules is CONFIG_RULES:  # CPU workers: the CPU rules in place of the GPU ones

@@ -86,12 +86,12 @@ _NAME_FORMATS = {
 def _raises(dotted: str, value: Any, file_value: Any) -> bool:
     """Whether a run's ``value`` costs more than the file's: more of a number, a lasting deployment, another type."""
     if dotted == "deployment.mode":
-        return value == "persistent" and file_value != "persistent"
+        return bool(value == "persistent" and file_value != "persistent")
     if dotted == "gpu.type" and value == "none":
         return False  # CPU workers: no GPU at all
     if isinstance(value, int | float) and isinstance(file_value, int | float):
-        return value > file_value
-    return value != file_value
+        return bool(value > file_value)
+    return bool(value != file_value)
 
 
 def _cost_problem(dotted: str, value: Any, base: GpuflowConfig) -> str | None:

@@ -68,7 +68,7 @@ def execution_timeout_from(task: Any) -> str:
     if wait is None:
         raise TypeError(f"{type(task).__name__} (task {task.task_id}) declares no execution_timeout_from: name the "
                         "wait it does, one of gpuflow.runs.task_timeouts.timeouts_s's keys")
-    return wait
+    return str(wait)
 
 
 def apply_task_timeouts(dag: Any) -> None:

@@ -243,7 +243,8 @@ PATH_FIELDS = ("batch.input", "batch.output", "batch.dead_letter_output", "expor
 
 def _field_param(dotted: str, value: Any, values: dict[str, Any], section: str | None = None) -> Param:
     schema = _field_schemas()[dotted]
-    extra = {name: schema[name] for name in ("enum", "minimum", "maximum", "exclusiveMinimum") if name in schema}
+    extra: dict[str, Any] = {name: schema[name] for name in ("enum", "minimum", "maximum", "exclusiveMinimum")
+                             if name in schema}
     if dotted in PATH_FIELDS:
         extra["pattern"] = PATH_PATTERN
     extra["$schema"] = SCHEMA_DIALECT
@@ -251,6 +252,11 @@ def _field_param(dotted: str, value: Any, values: dict[str, Any], section: str |
         extra["section"] = section
     return Param(value, type=schema["type"], title=LABELS.get(dotted, dotted),
                  description=f"{dotted}: {schema['description']}{_cost_note(dotted, values)}", **extra)
+
+
+def _dialect() -> dict[str, Any]:
+    """The schema's dialect, a keyword no Python name can spell."""
+    return {"$schema": SCHEMA_DIALECT}
 
 
 def dag_params(layout: FormLayout) -> dict[str, Param]:
@@ -263,7 +269,7 @@ def dag_params(layout: FormLayout) -> dict[str, Param]:
                 params[dotted.replace(".", "__")] = _field_param(dotted, values[dotted], values, section=title)
     params["config_file"] = Param(
         layout.config_file, type="string", title="Configuration file", section=SETTINGS_SECTION,
-        pattern=PATH_PATTERN, **{"$schema": SCHEMA_DIALECT},
+        pattern=PATH_PATTERN, **_dialect(),
         description=f"The YAML file that gives every key this form does not show (docs/configuration.md lists them): "
                     "one in configs/ or the deployment's site folder (docs/security.md). The fields this form sends "
                     "win over it; to run with another file's values, trigger with a conf that names config_file alone "

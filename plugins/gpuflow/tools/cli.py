@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuflow.configuration.loading import load_config
-from gpuflow.configuration.model import ConfigError
+from gpuflow.configuration.model import ConfigError, GpuflowConfig
+from gpuflow.runs.naming import ResourceNames
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +110,7 @@ def cmd_images(args: argparse.Namespace) -> int:
         lock = image_locks.read_lock(name)
         image_torch = export_image_target(config)[0] if name == EXPORT_LOCK else None
         label = labels.get(name)
-        problems = image_locks.lock_problems(lock, label and label.cuda_major, image_torch,
+        problems = image_locks.lock_problems(lock, label.cuda_major if label else None, image_torch,
                                              label.also_cuda if label else ())
         try:
             resolution = image_locks.resolve_lock(name)
@@ -183,7 +184,8 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 STREAMING_DAG_ID = "llm_streaming_inference"
 
 
-def _launch_plan(config, run_id: str, scratch: Path, dag_id: str = STREAMING_DAG_ID):
+def _launch_plan(config: GpuflowConfig, run_id: str, scratch: Path,
+                 dag_id: str = STREAMING_DAG_ID) -> tuple[ResourceNames, list[str], str, str]:
     """The resource names, pipeline arguments, image and job name of the streaming launch for this run."""
     from gpuflow.dataflow.options import job_name_for
     from gpuflow.runs.naming import resource_names, run_prefix
@@ -197,7 +199,7 @@ def _launch_plan(config, run_id: str, scratch: Path, dag_id: str = STREAMING_DAG
     return names, argv, image, job_name_for(names, config, "llm-inference")
 
 
-def launch_command_text(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> str:
+def launch_command_text(config: GpuflowConfig, run_id: str, dag_id: str = STREAMING_DAG_ID) -> str:
     """What the launch task runs for this configuration and run, as shell lines a person can run."""
     import shlex
     import tempfile
@@ -231,7 +233,7 @@ def launch_command_text(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> 
     ])
 
 
-def check_launch_request(config, run_id: str, dag_id: str = STREAMING_DAG_ID) -> list[str]:
+def check_launch_request(config: GpuflowConfig, run_id: str, dag_id: str = STREAMING_DAG_ID) -> list[str]:
     """The streaming launch's request, read as Dataflow would receive it, against Dataflow's documented constraints:
     a Flex Template's launch request as built; a direct launch's job as Beam stages it into a local GCS emulator."""
     import tempfile
@@ -278,7 +280,8 @@ def cmd_launch_command(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy_composer(args: argparse.Namespace) -> int:
-    from gpuflow.tools.deploy_composer import ComposerDeployment, ComposerTarget, DeployFailed, DeployRefused
+    from gpuflow.composer.api import ComposerTarget
+    from gpuflow.tools.deploy_composer import ComposerDeployment, DeployFailed, DeployRefused
 
     target = ComposerTarget(args.environment, args.location, args.project, args.conn_id)
     try:
@@ -390,7 +393,7 @@ def setup_problem(error: Exception) -> str | None:
     fixes it; None for anything else (a bug, which keeps its traceback)."""
     import re
 
-    from airflow.exceptions import AirflowNotFoundException
+    from airflow.exceptions import AirflowNotFoundException  # type: ignore[attr-defined]  # (where 3.1 has it too)
     from google.auth.exceptions import DefaultCredentialsError
 
     if isinstance(error, AirflowNotFoundException):
@@ -438,7 +441,7 @@ def _connection_from_airflow_db(error: Exception) -> bool:
     import os
     import re
 
-    from airflow.exceptions import AirflowNotFoundException
+    from airflow.exceptions import AirflowNotFoundException  # type: ignore[attr-defined]  # (where 3.1 has it too)
 
     found = re.search(r"conn_id `([^`]+)`", str(error)) if isinstance(error, AirflowNotFoundException) else None
     variable = f"AIRFLOW_CONN_{found.group(1).upper()}" if found else ""
@@ -461,11 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         try:
-            return args.func(args)
+            return int(args.func(args))
         except Exception as error:
             if not _connection_from_airflow_db(error):
                 raise
-            return args.func(args)  # once more, now that the connection is found
+            return int(args.func(args))  # once more, now that the connection is found
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 1

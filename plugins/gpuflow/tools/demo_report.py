@@ -8,6 +8,7 @@ succeed.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from gpuflow.workflow_names import SMOKE_TEST_TASK
 
@@ -17,7 +18,7 @@ DAG_ID = "llm_streaming_inference"
 DIRECT_RUNNER_PULL_S = 30.0
 
 
-def straggler_note(answers: list[dict]) -> str | None:
+def straggler_note(answers: list[dict[str, Any]]) -> str | None:
     """Why an answer of the local demo came about 30 s late, when one did: the runner, not the model."""
     late = [a for a in answers if a["latency_s"] >= DIRECT_RUNNER_PULL_S * 0.8]
     if not late:
@@ -28,7 +29,7 @@ def straggler_note(answers: list[dict]) -> str | None:
             "troubleshooting.md).")
 
 
-def slowest_answer(answers: list[dict]) -> str:
+def slowest_answer(answers: list[dict[str, Any]]) -> str:
     slowest = max(answers, key=lambda answer: answer["latency_s"])
     return f"slowest answer: {slowest['latency_s']:.1f}s (prompt {slowest['id']})"
 
@@ -57,7 +58,7 @@ def run_tasks(dag_id: str, run_id: str) -> list[tuple[str, str, float | None]]:
     return [(task, state, seconds) for task, state, _, seconds in rows]
 
 
-def latest_run_answers(dag_id: str = DAG_ID) -> tuple[str, str, dict | None]:
+def latest_run_answers(dag_id: str = DAG_ID) -> tuple[str, str, dict[str, Any] | None]:
     from airflow.models import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session

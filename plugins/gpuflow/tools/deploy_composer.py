@@ -28,7 +28,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.composer.api import ComposerTarget, read_pool
 from gpuflow.composer.contents import (
@@ -41,6 +41,13 @@ from gpuflow.composer.contents import (
 )
 from gpuflow.paths import SITE_CONFIG
 from gpuflow.workflow_names import GPU_POOL
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.cloud_composer import CloudComposerHook
+    from google.cloud.orchestration.airflow.service_v1 import Environment
+
+    from gpuflow.composer.contents import PackagePlan
+    from gpuflow.configuration.model import GpuflowConfig
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +72,10 @@ class ComposerDeployment:
     def __init__(self, target: ComposerTarget, say: Callable[[str], None] = print):
         self.target, self.say = target, say
 
-    def _hook(self):
+    def _hook(self) -> CloudComposerHook:
         return self.target.hook()
 
-    def environment(self):
+    def environment(self) -> Environment:
         return self._hook().get_environment(**self.target.where())
 
     def deploy(self, config_file: Path | None = None, dry_run: bool = False) -> dict[str, Any]:
@@ -112,7 +119,7 @@ class ComposerDeployment:
             gcs.upload(bucket, MANIFEST, data=json.dumps(sorted(files), indent=1))
         return {"copied": len(files), "removed": stale}
 
-    def _packages(self, plan, current_count: int, dry_run: bool) -> dict[str, Any]:
+    def _packages(self, plan: PackagePlan, current_count: int, dry_run: bool) -> dict[str, Any]:
         self.say("PyPI packages: " + ("; ".join(plan.describe()) or "nothing to change")
                  + f"; the environment's other {current_count - len(plan.raised) - len(plan.kept)} stay as they are")
         if plan.changes and not dry_run:
@@ -138,7 +145,7 @@ class ComposerDeployment:
     def _pool_state(self, airflow_uri: str) -> str:
         """Whether the pool exists, read through the environment's Airflow REST API before anything is written: a
         deploying identity that cannot reach that API is refused here."""
-        found = read_pool(self._hook(), airflow_uri, POOL["name"])
+        found = read_pool(self._hook(), airflow_uri, GPU_POOL)
         if found.status_code == 200:
             self.say(f"pool {POOL['name']}: exists ({found.json().get('slots')} slots); left as it is")
             return "exists"
@@ -164,7 +171,7 @@ class ComposerDeployment:
                                "deploy again")
         return "created"
 
-    def _checked_config(self, config_file: Path):
+    def _checked_config(self, config_file: Path) -> GpuflowConfig:
         """``--config`` as a gcp configuration whose configuration rules pass (``gpuflow preflight --config-only``)."""
         from gpuflow.configuration.loading import load_config
         from gpuflow.configuration.model import ConfigError

@@ -29,11 +29,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.pubsub import PubSubAsyncHook
+    from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
 
 #: The most messages one pull asks for (``maxMessages``: "a positive integer. The Pub/Sub system may return fewer
 #: than the number specified", https://cloud.google.com/pubsub/reference/rest/v1/projects.subscriptions/pull).
@@ -50,7 +54,8 @@ class _Subscriber:
                  impersonation_chain: list[str] | None = None):
         self.project, self.gcp_conn_id, self.emulator_host = project, gcp_conn_id, emulator_host
         self.impersonation_chain = impersonation_chain
-        self._hook = self._client = None
+        self._hook: PubSubAsyncHook | None = None
+        self._client: SubscriberAsyncClient | None = None
 
     async def pull(self, subscription: str) -> list[Any]:
         """What the subscription has, unacknowledged: each comes back after its ack deadline until acknowledged."""
@@ -72,7 +77,7 @@ class _Subscriber:
         await client.acknowledge(request={"subscription": client.subscription_path(self.project, subscription),
                                           "ack_ids": ack_ids})
 
-    def _provider_hook(self):
+    def _provider_hook(self) -> PubSubAsyncHook:
         if self._hook is None:
             from airflow.providers.google.cloud.hooks.pubsub import PubSubAsyncHook
 
@@ -80,7 +85,7 @@ class _Subscriber:
                                          project_id=self.project)
         return self._hook
 
-    def _emulator_client(self):
+    def _emulator_client(self) -> SubscriberAsyncClient:
         if self._client is None:
             import grpc
             from google.auth.credentials import AnonymousCredentials

@@ -24,7 +24,7 @@ from gpuflow.triggers.settle import HOLD_S, settled
 try:  # the provider's (22.8.0); Composer's 22.2.0 (the floor) and 22.2.2 have none: gpuflow's copy of it
     from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
 except ImportError:
-    from gpuflow.triggers.vertex_custom_job import CustomJobTrigger
+    from gpuflow.triggers.vertex_custom_job import CustomJobTrigger  # type: ignore[assignment]
 
 
 class _TimeoutAndCancel:
@@ -34,12 +34,16 @@ class _TimeoutAndCancel:
     (``gpuflow.triggers.kill``). It adds these to the trigger's arguments and serializes under the subclass's own
     classpath."""
 
-    what: str  # the job, in the timeout's message
     timeout_status = "error"  # the status of the event that ends the wait at the timeout
 
     def __init__(self, *, timeout_s: float, cancel_on_kill: bool = True, settle_s: float = HOLD_S, **kwargs: Any):
-        super().__init__(**kwargs)  # type: ignore[call-arg]
+        super().__init__(**kwargs)
         self.timeout_s, self.cancel_on_kill, self.settle_s = timeout_s, cancel_on_kill, settle_s
+
+    @property
+    def what(self) -> str:
+        """The job, in the timeout's message."""
+        raise NotImplementedError
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         _, kwargs = super().serialize()  # type: ignore[misc]
@@ -120,7 +124,7 @@ class CancellingDataprocBatchTrigger(_TimeoutAndCancel, DataprocBatchTrigger):
         from asgiref.sync import sync_to_async
 
         def cancel() -> None:
-            hook = self.get_sync_hook()
+            hook = self.get_sync_hook()  # type: ignore[no-untyped-call]  # (the provider's, unannotated)
             batch = hook.get_batch(batch_id=self.batch_id, region=self.region, project_id=self.project_id)
             if batch.operation:
                 hook.get_operations_client(self.region).cancel_operation(name=batch.operation)

@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
 
 #: API errors in a row that end the wait (one blip is retried at the next poll).
 MAX_POLL_ERRORS = 3
@@ -39,12 +42,12 @@ class DataflowJobStartTrigger(SettlingTrigger):
             "impersonation_chain": self.impersonation_chain, "poll_interval_s": self.poll_interval_s,
             "cancel_on_kill": self.cancel_on_kill})
 
-    def _hook(self):
+    def _hook(self) -> AsyncDataflowHook:
         from airflow.providers.google.cloud.hooks.dataflow import AsyncDataflowHook
 
         return AsyncDataflowHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
 
-    async def _poll(self, hook) -> tuple[Any, list[Any], list[Any], Any]:
+    async def _poll(self, hook: AsyncDataflowHook) -> tuple[Any, list[Any], list[Any], Any]:
         from google.cloud import dataflow_v1beta3
 
         job = await hook.get_job(job_id=self.job_id, project_id=self.project_id, location=self.location)

@@ -39,10 +39,10 @@ class GpuMetricsTrigger(SettlingTrigger):
             "ended": self.ended, "timeout_s": self.timeout_s, "gcp_conn_id": self.gcp_conn_id,
             "impersonation_chain": self.impersonation_chain, "poll_interval_s": self.poll_interval_s})
 
-    async def _read(self, client, requests: dict[str, Any]) -> dict[str, list[float]]:
+    async def _read(self, client: Any, requests: dict[str, Any]) -> dict[str, list[float]]:
         from gpuflow.platform.gpu_metrics import point_values
 
-        readings = {}
+        readings: dict[str, list[float]] = {}
         for label, request in requests.items():
             readings[label] = point_values([series async for series in await client.list_time_series(request=request)])
         return readings
@@ -50,10 +50,10 @@ class GpuMetricsTrigger(SettlingTrigger):
     async def events(self) -> AsyncIterator[TriggerEvent]:
         from asgiref.sync import sync_to_async
 
-        from gpuflow.platform import gcp_service
+        from gpuflow.platform import gcp_clients
         from gpuflow.platform.gpu_metrics import metric_requests, no_readings, usage_summary
 
-        client = await sync_to_async(gcp_service.GcpClients(self.gcp_conn_id, self.impersonation_chain).monitoring_async)()
+        client = await sync_to_async(gcp_clients.GcpClients(self.gcp_conn_id, self.impersonation_chain).monitoring_async)()
         requests = metric_requests(self.project_id, self.metrics, self.job_id, self.started, self.ended)
         started = time.monotonic()
         while True:

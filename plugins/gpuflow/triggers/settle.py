@@ -58,7 +58,7 @@ class SettlingTrigger(BaseTrigger):
     (``gpuflow.triggers.kill``)."""
 
     def __init__(self, settle_s: float = HOLD_S):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # (Airflow's BaseTrigger.__init__ is unannotated)
         self.settle_s = settle_s
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

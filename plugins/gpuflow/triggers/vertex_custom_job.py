@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobAsyncHook
 
 
 class CustomJobTrigger(BaseTrigger):
@@ -24,7 +27,7 @@ class CustomJobTrigger(BaseTrigger):
     def __init__(self, project_id: str, location: str, custom_job_id: str,
                  gcp_conn_id: str = "google_cloud_default", impersonation_chain: str | Sequence[str] | None = None,
                  poll_interval: int = 10):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # (Airflow's BaseTrigger.__init__ is unannotated)
         self.project_id, self.location, self.custom_job_id = project_id, location, custom_job_id
         self.gcp_conn_id, self.impersonation_chain, self.poll_interval = gcp_conn_id, impersonation_chain, poll_interval
 
@@ -35,7 +38,7 @@ class CustomJobTrigger(BaseTrigger):
                  "poll_interval": self.poll_interval})
 
     @cached_property
-    def async_hook(self):
+    def async_hook(self) -> CustomJobAsyncHook:
         from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobAsyncHook
 
         return CustomJobAsyncHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
