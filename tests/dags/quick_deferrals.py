@@ -1,5 +1,5 @@
 """quick_deferrals: tasks whose jobs end just after the task defers, the moment Airflow's defer-exit race needs
-(``gpuflow.triggers.settle``). Each task waits as every gpuflow task does (``GpuflowStepOperator.defer_or_wait``):
+(``gpuflow.triggers.settle``). Each task waits as every gpuflow task does (``JobWaitingOperator.defer_or_wait``):
 up to ``HOLD_S`` in its worker, then deferred to a ``LocalProcessTrigger``; its job ends ``job_s`` (the run's conf)
 after that. For tests/integration/test_airflow_live.py and benchmarks/defer_race.py; not one of gpuflow's DAGs (it lives
 outside dags/, a DAG bundle of its own)."""
@@ -11,13 +11,13 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG
 
-from gpuflow.operators.base import GpuflowStepOperator
+from gpuflow.operators.base import JobWaitingOperator
 
 #: Deferrals per run.
 TASKS = 4
 
 
-class QuickJobOperator(GpuflowStepOperator):
+class QuickJobOperator(JobWaitingOperator):
     """Starts a ``sleep`` that outlasts the worker's short wait by ``job_s``, and waits for it."""
 
     def execute(self, context: Any) -> Any:

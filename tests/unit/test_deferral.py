@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from gpuflow.operators.base import GpuflowStepOperator
+from gpuflow.operators.base import JobWaitingOperator
 from gpuflow.platform.emulators import process_alive, stop_process_group
 from gpuflow.platform.processes import spawn_logged
 from gpuflow.triggers import settle
 from gpuflow.triggers.local import LocalProcessTrigger
 
 
-class SleepOperator(GpuflowStepOperator):
+class SleepOperator(JobWaitingOperator):
     """Starts ``sleep job_s`` and waits for it the way every gpuflow step does."""
 
     def __init__(self, *, job_s: float, log_path: Path, wait_first: bool = True, **kwargs: Any):

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.runs.trigger_form import dag_form
-from gpuflow.workflow_names import GPU_POOL, LAUNCH_TASK, PREFLIGHT_TASK
+from gpuflow.workflow_names import GPU_POOL, PREFLIGHT_TASK
+
+if TYPE_CHECKING:
+    from gpuflow.configuration.model import GpuflowConfig
+    from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 
@@ -173,34 +178,18 @@ class WaitInWorker(Exception):
 
 class GpuflowStepOperator(BaseOperator):
     """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment.
+    A step that waits for nothing (``execute_step``) takes its configuration and nothing else; one that waits on a
+    job is a ``JobWaitingOperator``.
 
-    A step that starts a job defers (``defer_on``) and goes on in ``execute_complete_step`` when the trigger fires
-    (Airflow calls ``execute_complete``), so that no worker slot is held while Google (or the local pipeline
-    process) works.
-
-    :param deferrable: defer while a job runs (the default: the triggerer waits, the worker slot is free). False:
-        the task waits in its worker slot, with the same trigger, then goes on as it would after the deferral; for
-        an Airflow without a triggerer. Its execution_timeout already covers the wait.
-    :param poll_interval: seconds between a job trigger's polls of the job; None: ``dataflow.poll_interval_s``.
-    :param cancel_on_kill: stop the task's job when the task is killed (the default), deferred or not. False: a
-        killed task leaves its job running; the run's cleanup task, or the janitor, stops it later.
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     """
 
-    template_fields = ("config_json", "image")
+    template_fields: Sequence[str] = ("config_json",)
     ui_color = "#e8f4fd"
-    _platform = None
-    _job = None  # the job this task started and still runs in its process: on_kill stops it
 
-    # The one __init__ of all step operators, with the few step-specific arguments: Airflow merges the DAG's
-    # defaults once per __init__ in the class chain, and every merge counts at DAG parse time.
-    def __init__(self, *, config_json: Any = None, image: Any = None, launch_task_id: str = LAUNCH_TASK,
-                 deferrable: bool = True, poll_interval: float | None = None, cancel_on_kill: bool = True,
-                 **kwargs: Any):
+    def __init__(self, *, config_json: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.config_json = config_json
-        self.image = image  # verify_gpu: build_container's result
-        self.launch_task_id = launch_task_id  # cleanup: where the job handle was pushed
-        self.deferrable, self.poll_interval, self.cancel_on_kill = deferrable, poll_interval, cancel_on_kill
 
     def trusted_config(self, context: Any):
         """The configuration this task acts on: preflight's XCom (``config_json``), checked against what preflight
@@ -241,6 +230,35 @@ class GpuflowStepOperator(BaseOperator):
         platform = get_platform(config)
         with platform.environment():
             return step(config, names, platform, context, **kwargs)
+
+    def execute(self, context: Any) -> Any:
+        return self._in_platform(context, self.execute_step)
+
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Any, context: Any) -> Any:
+        raise NotImplementedError
+
+
+class JobWaitingOperator(GpuflowStepOperator):
+    """A step that starts a job, or waits on one, defers (``defer_on``) and goes on in ``execute_complete_step``
+    when the trigger fires (Airflow calls ``execute_complete``), so that no worker slot is held while Google (or the
+    local pipeline process) works.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param deferrable: defer while a job runs (the default: the triggerer waits, the worker slot is free). False:
+        the task waits in its worker slot, with the same trigger, then goes on as it would after the deferral; for
+        an Airflow without a triggerer. Its execution_timeout already covers the wait.
+    :param poll_interval: seconds between a job trigger's polls of the job; None: ``dataflow.poll_interval_s``.
+    :param cancel_on_kill: stop the task's job when the task is killed (the default), deferred or not. False: a
+        killed task leaves its job running; the run's cleanup task, or the janitor, stops it later.
+    """
+
+    _platform: Any = None
+    _job: Any = None  # the job this task started and still runs in its process: on_kill stops it
+
+    def __init__(self, *, deferrable: bool = True, poll_interval: float | None = None, cancel_on_kill: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.deferrable, self.poll_interval, self.cancel_on_kill = deferrable, poll_interval, cancel_on_kill
 
     def execute(self, context: Any) -> Any:
         return self.waiting_in_worker(context, lambda: self._in_platform(context, self.execute_step))
@@ -364,9 +382,6 @@ class GpuflowStepOperator(BaseOperator):
         log.info("%s answered within %.0fs: going on in this worker, without deferring", type(trigger).__name__,
                  HOLD_S)
         return event
-
-    def execute_step(self, config, names, platform, context: Any) -> Any:
-        raise NotImplementedError
 
     def execute_complete_step(self, config, names, platform, context: Any, event: dict[str, Any], **carry: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not defer")

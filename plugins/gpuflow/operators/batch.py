@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import Asset
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException, AirflowSkipException
-from gpuflow.operators.base import GpuflowStepOperator
+from gpuflow.operators.base import GpuflowStepOperator, JobWaitingOperator
 from gpuflow.operators.streaming import (
     CleanupOperator,
     GpuUsageCheck,
@@ -45,7 +45,7 @@ class BatchPreflightOperator(PreflightOperator):
             raise AirflowFailException(str(error)) from None
 
 
-class WaitForInputOperator(GpuflowStepOperator):
+class WaitForInputOperator(JobWaitingOperator):
     """Finds the interval's input; when there is none yet, waits, deferred, up to batch.input_wait_s for it to
     appear. Still none: batch.missing_input skips the run's other tasks, or fails the run. local: files on local disk
     or in the storage emulator; gcp: objects in Cloud Storage.
@@ -126,6 +126,10 @@ class PublishOutputsOperator(GpuflowStepOperator):
     execution_timeout_from = "publish"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
+
+    def __init__(self, *, launch_task_id: str = "run_batch", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.launch_task_id = launch_task_id  # the batch job's task: its window
 
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.batch import CountsDoNotAddUp, publish_outputs, staged_summary

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from gpuflow.operators.airflow_names import AirflowFailException
 from gpuflow.operators.base import (
     GpuflowStepOperator,
+    JobWaitingOperator,
     config_from_params,
     names_for,
     validated_config,
@@ -40,7 +41,7 @@ class DataprocPreflightOperator(BaseOperator):
         return config
 
 
-class DataprocBatchOperator(GpuflowStepOperator):
+class DataprocBatchOperator(JobWaitingOperator):
     """Runs the batch. local: Spark here, in the task (it waits for the Spark job in the worker). gcp: Dataproc
     Serverless, created with the provider's DataprocHook and waited for, deferred, by its DataprocBatchTrigger.
     ``on_kill``, and the trigger's while deferred, cancel it.
@@ -124,9 +125,9 @@ class DataprocCleanupOperator(GpuflowStepOperator):
     ui_color = "#f8d7da"
 
     def execute(self, context: Any) -> Any:
-        return self.waiting_in_worker(context, lambda: self._run_batch(context))
+        return self._delete_batch(context)
 
-    def _run_batch(self, context: Any) -> Any:
+    def _delete_batch(self, context: Any) -> Any:
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.steps.dataproc_batch import delete_gcp_batch
 

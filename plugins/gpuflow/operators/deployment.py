@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
-from gpuflow.operators.base import GpuflowStepOperator, event_succeeded, rollout_plan
+from gpuflow.operators.base import JobWaitingOperator, event_succeeded, rollout_plan
 from gpuflow.operators.links import DataflowConsoleLink
 from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _image_of, _pushed_handle
+from gpuflow.workflow_names import LAUNCH_TASK
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ class MaintenancePreflightOperator(PreflightOperator):
     workflow = "maintenance"
 
 
-class PromoteOperator(GpuflowStepOperator):
+class PromoteOperator(JobWaitingOperator):
     """The new version answered the smoke test: record it as the deployment's state (the record names its job, its
     image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote.
     The record lies in the bucket on both profiles (local: the storage emulator); the replaced job is stopped as
@@ -31,6 +33,11 @@ class PromoteOperator(GpuflowStepOperator):
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
+    template_fields: Sequence[str] = ("config_json", "image")
+
+    def __init__(self, *, image: Any = None, launch_task_id: str = LAUNCH_TASK, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.image, self.launch_task_id = image, launch_task_id
 
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.deployment import after_replaced_job, promote

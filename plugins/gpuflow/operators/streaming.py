@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
@@ -13,6 +14,7 @@ from gpuflow.operators.base import (
     RESUME_KEY,
     ROLLOUT_KEY,
     GpuflowStepOperator,
+    JobWaitingOperator,
     config_from_params,
     event_succeeded,
     names_for,
@@ -20,6 +22,7 @@ from gpuflow.operators.base import (
     validated_config,
 )
 from gpuflow.operators.links import CloudBuildConsoleLink, DataflowConsoleLink, VertexAIConsoleLink
+from gpuflow.workflow_names import LAUNCH_TASK
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +149,7 @@ class QuotaCheckOperator(GpuflowStepOperator):
             raise AirflowFailException(str(error)) from None  # quota does not grow on retry
 
 
-class ExportModelOperator(GpuflowStepOperator):
+class ExportModelOperator(JobWaitingOperator):
     """Exports the model's bf16 state_dict, config and tokenizer to the run's model folder; skipped when the same
     model in bf16 is already there (a retry, a re-run).
 
@@ -190,7 +193,7 @@ class ExportModelOperator(GpuflowStepOperator):
         platform.cancel_export(handle.name)
 
 
-class BuildContainerOperator(GpuflowStepOperator):
+class BuildContainerOperator(JobWaitingOperator):
     """Renders the worker image's recipe with its lock, checks it statically, and builds it where it can; an image
     named in ``container.image`` is used as it is.
 
@@ -230,7 +233,7 @@ def _image_of(build_result: Any) -> str:
     return (build_result.get("image") if isinstance(build_result, dict) else build_result) or ""
 
 
-class VerifyGpuOperator(GpuflowStepOperator):
+class VerifyGpuOperator(JobWaitingOperator):
     """Starts the GPU check job where the workers run, defers until it is done, then judges its report.
 
     gcp: a Dataflow batch job on the configured GPU workers and image; local: beam_jobs/gpu_check.py on the local
@@ -245,6 +248,12 @@ class VerifyGpuOperator(GpuflowStepOperator):
     """
 
     execution_timeout_from = "job_start"  # its execution_timeout: gpuflow.runs.task_timeouts
+
+    template_fields: Sequence[str] = ("config_json", "image")
+
+    def __init__(self, *, image: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.image = image
 
     def execute_step(self, config, names, platform, context):
         if not config.uses_gpu:
@@ -275,7 +284,7 @@ class VerifyGpuOperator(GpuflowStepOperator):
             raise AirflowFailException(str(error)) from None
 
 
-class LaunchPipelineOperator(GpuflowStepOperator):
+class LaunchPipelineOperator(JobWaitingOperator):
     """Starts the streaming pipeline, pushes its job handle at once, and waits, deferred, until its workers are up.
 
     local: beam_jobs/llm_inference.py as a detached process on the local runner. gcp: a Dataflow job (a staged
@@ -296,6 +305,12 @@ class LaunchPipelineOperator(GpuflowStepOperator):
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
     batch = False  # the batch DAG's run_batch: a batch job, waited for until it is done
+
+    template_fields: Sequence[str] = ("config_json", "image")
+
+    def __init__(self, *, image: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.image = image
 
     def execute_step(self, config, names, platform, context):
         rollout = None if self.batch else rollout_plan(context, config, names, platform.conn_id)
@@ -360,13 +375,17 @@ def _pushed_handle(context: Any, launch_task_id: str):
     return JobHandle.model_validate(pushed) if pushed else None
 
 
-class GpuUsageCheck(GpuflowStepOperator):
+class GpuUsageCheck(JobWaitingOperator):
     """Checks that a job's GPUs really worked over a window; smoke_test.gpu_usage says fail, warn or ignore.
 
     local: nvidia-smi, read at once (it waits for nothing). gcp: Cloud Monitoring; the task waits, deferred, until
     the job's GPU metrics have arrived (they lag; up to ``smoke_test.gpu_usage_timeout_s``)."""
 
     execution_timeout_from = "gpu_usage"  # its execution_timeout: gpuflow.runs.task_timeouts
+
+    def __init__(self, *, launch_task_id: str = LAUNCH_TASK, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.launch_task_id = launch_task_id
 
     def check_usage(self, context, config, platform, handle, window, result: dict[str, Any]) -> dict[str, Any]:
         if not config.uses_gpu:
@@ -460,7 +479,7 @@ class SmokeTestOperator(GpuUsageCheck):
                                 result["window"], result)
 
 
-class CleanupOperator(GpuflowStepOperator):
+class CleanupOperator(JobWaitingOperator):
     """Stops the run's jobs (by handle, and by the run's prefix), then deletes the run's resources. local: the
     pipeline processes are stopped at once; gcp: each Dataflow job is cancelled or drained, in the region and every
     fallback region, and the task waits, deferred, while it stops. The topics, subscriptions and bucket go through
@@ -477,6 +496,10 @@ class CleanupOperator(GpuflowStepOperator):
     execution_timeout_from = "every_region_stops"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#f8d7da"
+
+    def __init__(self, *, launch_task_id: str = LAUNCH_TASK, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.launch_task_id = launch_task_id
 
     def execute_step(self, config, names, platform, context):
         from gpuflow.steps.cleanup import request_stops

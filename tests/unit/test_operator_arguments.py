@@ -1,0 +1,57 @@
+"""Each gpuflow operator takes only what it uses: an argument it would ignore is refused when the DAG is parsed."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+import pytest
+
+from gpuflow.operators import batch, dataproc, deployment, quota_report, streaming
+
+MODULES = (streaming, batch, deployment, dataproc, quota_report)
+OPERATORS = sorted({cls for module in MODULES for _, cls in inspect.getmembers(module, inspect.isclass)
+                    if cls.__module__.startswith("gpuflow.operators") and cls.__name__.endswith("Operator")},
+                   key=lambda cls: cls.__name__)
+
+
+def own_arguments(cls: type) -> set[str]:
+    """The keyword arguments gpuflow's own __init__s in the class's MRO take."""
+    return {name for klass in cls.__mro__ if klass.__module__.startswith("gpuflow.") and "__init__" in vars(klass)
+            for name, parameter in inspect.signature(klass.__init__).parameters.items()
+            if name != "self" and parameter.kind is parameter.KEYWORD_ONLY}
+
+
+def attributes_read(cls: type) -> set[str]:
+    """``self.X`` read anywhere in the gpuflow classes of the MRO, outside their __init__s."""
+    read = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("gpuflow."):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) and function.name != "__init__":
+                read |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                         and isinstance(node.value, ast.Name) and node.value.id == "self"
+                         and isinstance(node.ctx, ast.Load)}
+    return read
+
+
+@pytest.mark.parametrize("cls", OPERATORS, ids=lambda cls: cls.__name__)
+def test_every_argument_an_operator_takes_is_one_it_reads(cls):
+    unread = own_arguments(cls) - attributes_read(cls)
+    assert unread == set(), f"{cls.__name__} takes {sorted(unread)} and never reads them"
+
+
+@pytest.mark.parametrize(("cls", "argument"), [
+    (streaming.QuotaCheckOperator, {"image": "x"}),
+    (streaming.QuotaCheckOperator, {"deferrable": False}),
+    (streaming.SetupResourcesOperator, {"launch_task_id": "launch"}),
+    (streaming.ExportModelOperator, {"image": "x"}),
+    (batch.PublishOutputsOperator, {"cancel_on_kill": False}),
+    (dataproc.DataprocCleanupOperator, {"poll_interval": 5}),
+])
+def test_an_argument_an_operator_would_ignore_is_refused(cls, argument):
+    with pytest.raises(TypeError, match="Invalid arguments"):
+        cls(task_id="t", **argument)
