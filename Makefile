@@ -61,7 +61,7 @@ lock: venv ## resolve docker/locks/*.in into each image's lock (uv; reaches only
 images-check: venv ## install each image lock dry-run, as pip would inside the image
 	$(BIN)/gpuflow images check
 
-lint: venv ## ruff, and mypy (strict) on the backends, the steps, Dataflow's rules and the Composer client
+lint: venv ## ruff, and mypy (strict) on every package of gpuflow and the DAG files
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

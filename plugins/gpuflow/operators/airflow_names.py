@@ -8,16 +8,24 @@ nothing else differed. Each name is taken from the SDK where it has it.
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
     from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
-except ImportError:  # Airflow 3.1
-    from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException  # noqa: F401
+except ImportError:  # Airflow 3.1 (typed as 3.3's, which mypy reads)
+    from airflow.exceptions import (  # type: ignore[attr-defined, no-redef]
+        AirflowException,
+        AirflowFailException,
+        AirflowSkipException,
+    )
+
+__all__ = ["AirflowException", "AirflowFailException", "AirflowSkipException", "cron_data_interval_timetable"]
 
 
-def cron_data_interval_timetable(cron: str, timezone: str = "UTC"):
+def cron_data_interval_timetable(cron: str, timezone: str = "UTC") -> Any:
     """Airflow's cron timetable whose runs cover the interval that has just ended (ds: its start)."""
     try:
         from airflow.sdk import CronDataIntervalTimetable
     except ImportError:  # Airflow 3.1
-        from airflow.timetables.interval import CronDataIntervalTimetable
+        from airflow.timetables.interval import CronDataIntervalTimetable  # type: ignore[assignment]
     return CronDataIntervalTimetable(cron, timezone=timezone)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -19,13 +19,18 @@ from gpuflow.runs.trigger_form import dag_form
 from gpuflow.workflow_names import GPU_POOL, PREFLIGHT_TASK
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from gpuflow.configuration.model import GpuflowConfig
+    from gpuflow.platform import JobHandle, Platform
+    from gpuflow.preflight.findings import Finding
     from gpuflow.runs.naming import ResourceNames
+    from gpuflow.runs.rollout import RolloutPlan
 
 log = logging.getLogger(__name__)
 
 
-def config_from_params(context: Any):
+def config_from_params(context: Any) -> GpuflowConfig:
     """The run's configuration: its config file, then the fields its conf sets. A bad one fails the task without
     retries.
 
@@ -40,15 +45,15 @@ def config_from_params(context: Any):
     dag = context["dag"]
     try:
         request = run_request(dag_form(dag), list(dag.params.keys()), dict(context["params"]), conf)
-        config_file = str(trusted_config_file(request.config_file)) if conf.get("config_file") else \
-            request.config_file
+        config_file = str(trusted_config_file(request.config_file)) \
+            if conf.get("config_file") and request.config_file else request.config_file
         check_run_conf(request.values, load_config(config_file, request.defaults))
         return load_config(config_file, request.defaults, run_values=request.values)
     except ConfigError as error:
         raise AirflowFailException(str(error)) from None
 
 
-def validated_config(config, context: Any, workflow: str, what: str) -> dict[str, Any]:
+def validated_config(config: GpuflowConfig, context: Any, workflow: str, what: str) -> dict[str, Any]:
     """Run preflight's rules for the workflow and log them; return the config as JSON for the next tasks.
 
     The profile's platform adds what only it can read: on gcp, the region's zones from Compute Engine and the
@@ -81,10 +86,11 @@ def validated_config(config, context: Any, workflow: str, what: str) -> dict[str
                              access=platform.access_probe(), gpu_pool=gpu_pool,
                              composer_environment=environment_facts(composer) if composer else None)
     fail_on_errors(findings, f"preflight of {what}")
-    return config.model_dump(mode="json")
+    dumped: dict[str, Any] = config.model_dump(mode="json")
+    return dumped
 
 
-def fail_on_errors(findings: list, what: str) -> None:
+def fail_on_errors(findings: list[Finding], what: str) -> None:
     """Log the findings; any at error level fails the task without retries (nothing has been created)."""
     from gpuflow.preflight import PreflightFailed, format_findings, has_errors
 
@@ -102,7 +108,7 @@ def _differing_keys(left: Any, right: Any, prefix: str = "") -> list[str]:
     return [] if left == right else [prefix.rstrip(".") or "(the whole configuration)"]
 
 
-def names_for(context: Any, config):
+def names_for(context: Any, config: GpuflowConfig) -> ResourceNames:
     from gpuflow.runs.naming import resource_names, run_prefix
 
     return resource_names(config, run_prefix(context["dag"].dag_id, context["run_id"]))
@@ -112,7 +118,7 @@ def names_for(context: Any, config):
 ROLLOUT_KEY = "gpuflow_rollout"
 
 
-def rollout_plan(context: Any, config, names, conn_id: str):
+def rollout_plan(context: Any, config: GpuflowConfig, names: ResourceNames, conn_id: str) -> RolloutPlan | None:
     """This run's rollout plan (``gpuflow.runs.rollout.RolloutPlan``), or None when the run is ephemeral.
 
     Preflight's XCom, checked as the configuration is (``trusted_config``): a plan the XCom carries must be of this
@@ -155,7 +161,7 @@ RESUME_KEY = "gpuflow_resume"
 DEFERRAL_BACKSTOP_S = 300
 
 
-def deferral_timeout(timeout_s: float):
+def deferral_timeout(timeout_s: float) -> timedelta:
     """Airflow's deferral timeout for a trigger that ends its own wait after ``timeout_s`` (see ``defer_with``)."""
     from datetime import timedelta
 
@@ -164,7 +170,7 @@ def deferral_timeout(timeout_s: float):
 
 def event_succeeded(event: dict[str, Any] | None) -> bool:
     """A trigger's event says its job got where the task waited for (gpuflow's triggers and the provider's)."""
-    return bool(event) and event.get("status") in ("reached", "success")
+    return event is not None and event.get("status") in ("reached", "success")
 
 
 class WaitInWorker(Exception):
@@ -191,7 +197,7 @@ class GpuflowStepOperator(BaseOperator):
         super().__init__(**kwargs)
         self.config_json = config_json
 
-    def trusted_config(self, context: Any):
+    def trusted_config(self, context: Any) -> GpuflowConfig:
         """The configuration this task acts on: preflight's XCom (``config_json``), checked against what preflight
         derives again, now, from the configuration file and the run's conf (its ``derive_config``). They differ when
         the XCom was edited after preflight (the REST API and the UI let whoever may trigger a run edit XComs and clear
@@ -206,7 +212,7 @@ class GpuflowStepOperator(BaseOperator):
         preflights = [task for task in self.get_flat_relatives(upstream=True) if hasattr(task, "derive_config")]
         if len(preflights) != 1:
             return config_from_json(self.config_json)
-        derived = preflights[0].derive_config(context)
+        derived: GpuflowConfig = preflights[0].derive_config(context)
         ours = derived.model_dump(mode="json")
         try:
             theirs = config_from_json(self.config_json).model_dump(mode="json")
@@ -295,7 +301,7 @@ class JobWaitingOperator(GpuflowStepOperator):
             carried["handle"] = JobHandle.model_validate(carried["handle"])
         return self._in_platform(context, self.execute_complete_step, event=event or {}, **carried)
 
-    def remember_job(self, platform, handle) -> None:
+    def remember_job(self, platform: Platform, handle: JobHandle) -> None:
         """The job this task just started: ``on_kill`` stops it until the task defers (then the trigger's does)."""
         self._platform, self._job = platform, handle
 
@@ -304,11 +310,11 @@ class JobWaitingOperator(GpuflowStepOperator):
             log.info("task killed: stopping %s %s", self._job.kind, self._job.name)
             self.stop_job(self._platform, self._job)
 
-    def stop_job(self, platform, handle) -> None:
+    def stop_job(self, platform: Platform, handle: JobHandle) -> None:
         """How this step stops its job on kill: a Dataflow job or pipeline process by default."""
         platform.stop_pipeline(handle)
 
-    def defer_on_started_job(self, context: Any, config, platform, result: dict[str, Any], link: Any,
+    def defer_on_started_job(self, context: Any, config: GpuflowConfig, platform: Platform, result: dict[str, Any], link: Any,
                              timeout_s: float) -> None:
         """A step's result whose ``job`` is still running remotely (the export, the build): remember it, push its
         console link (``link.source_key``), and defer until it is done; a result without one returns at once."""
@@ -322,7 +328,8 @@ class JobWaitingOperator(GpuflowStepOperator):
         context["ti"].xcom_push(key=link.source_key, value=handle.url)
         self.defer_on(context, config, platform, handle, "done", timeout_s, result=result)
 
-    def defer_on(self, context: Any, config, platform, handle, until: str, timeout_s: float | None = None,
+    def defer_on(self, context: Any, config: GpuflowConfig, platform: Platform, handle: JobHandle, until: str,
+                 timeout_s: float | None = None,
                  **carry: Any) -> None:
         """Give the worker slot back until the job of ``handle`` reaches ``until``; ``execute_complete_step`` gets
         ``carry``."""
@@ -383,5 +390,6 @@ class JobWaitingOperator(GpuflowStepOperator):
                  HOLD_S)
         return event
 
-    def execute_complete_step(self, config, names, platform, context: Any, event: dict[str, Any], **carry: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not defer")
+    #: Where a step goes on after its deferral: (config, names, platform, context, event, **what ``defer_on`` or
+    #: ``defer_with`` carried), each operator naming what it carries as keyword-only parameters.
+    execute_complete_step: Callable[..., Any]

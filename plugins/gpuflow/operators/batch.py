@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
 
@@ -19,6 +19,11 @@ from gpuflow.operators.streaming import (
     PreflightOperator,
     SetupResourcesOperator,
 )
+
+if TYPE_CHECKING:
+    from gpuflow.configuration.model import GpuflowConfig
+    from gpuflow.platform import Platform
+    from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,7 @@ class BatchPreflightOperator(PreflightOperator):
 
     workflow = "batch"
 
-    def for_this_run(self, config, context: Any):
+    def for_this_run(self, config: GpuflowConfig, context: Any) -> GpuflowConfig:
         from gpuflow.configuration.model import ConfigError
         from gpuflow.runs.batch_paths import date_fields, fill_batch_paths
 
@@ -61,7 +66,7 @@ class WaitForInputOperator(JobWaitingOperator):
 
     ui_color = "#fff3cd"
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.batch import find_input
 
         files = find_input(config, platform.conn_id)
@@ -75,7 +80,8 @@ class WaitForInputOperator(JobWaitingOperator):
             self.defer_with(context, input_trigger(config), config.batch.input_wait_s)
         return self._missing(config, f"{config.batch.input} matches no file")
 
-    def execute_complete_step(self, config, names, platform, context, event, **_):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], **carry: Any) -> Any:
         from gpuflow.steps.batch import find_input
 
         files = find_input(config, platform.conn_id)
@@ -86,7 +92,7 @@ class WaitForInputOperator(JobWaitingOperator):
         return self._missing(config, event.get("message") or "no input")
 
     @staticmethod
-    def _missing(config, why: str) -> None:
+    def _missing(config: GpuflowConfig, why: str) -> None:
         if config.batch.missing_input == "skip":
             raise AirflowSkipException(f"no input for this interval ({why}); batch.missing_input is skip, so the "
                                        "run's other tasks are skipped")
@@ -98,7 +104,7 @@ class BatchSetupOperator(SetupResourcesOperator):
     """The run's bucket (for the exported model and the job's staging), without Pub/Sub: a batch job reads files.
     Through the provider's GCSHook on both profiles (local: the storage emulator). It waits for nothing."""
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.resources import create_resources
 
         return create_resources(config, names, platform.conn_id, pubsub=False,
@@ -131,7 +137,7 @@ class PublishOutputsOperator(GpuflowStepOperator):
         super().__init__(**kwargs)
         self.launch_task_id = launch_task_id  # the batch job's task: its window
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.batch import CountsDoNotAddUp, publish_outputs, staged_summary
 
         job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}
@@ -155,7 +161,7 @@ class BatchGpuUsageOperator(GpuUsageCheck):
     """After the batch job: did its GPUs work over the job's window (smoke_test.gpu_usage: fail, warn, ignore)?
     local: nvidia-smi; gcp: Cloud Monitoring, waited for deferred (``GpuUsageCheck``)."""
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.platform import JobHandle
 
         job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}
@@ -168,7 +174,7 @@ class BatchCleanupOperator(CleanupOperator):
     """Cleanup of a batch run (``CleanupOperator``, both profiles: it waits, deferred, while gcp's jobs stop): its
     bucket or prefix (it has no Pub/Sub), and its staging folders (left by a job or a publish that failed)."""
 
-    def delete_resources(self, context, config, names, platform, stopped):
+    def delete_resources(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopped: list[str]) -> dict[str, Any]:
         from gpuflow.steps.batch import discard_staging
         from gpuflow.steps.cleanup import delete_run_resources
 

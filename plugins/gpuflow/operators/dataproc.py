@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
@@ -16,6 +16,9 @@ from gpuflow.operators.base import (
     validated_config,
 )
 from gpuflow.operators.links import DataprocConsoleLink
+
+if TYPE_CHECKING:
+    from gpuflow.configuration.model import GpuflowConfig
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ class DataprocPreflightOperator(BaseOperator):
         return validated_config(self.derive_config(context), context, "dataproc", "the Dataproc batch")
 
     @staticmethod
-    def derive_config(context: Any):
+    def derive_config(context: Any) -> GpuflowConfig:
         """The run's configuration, from the configuration file and the run's conf (``PreflightOperator``'s)."""
         config = config_from_params(context)
         if config.dataproc is None:
@@ -78,19 +81,23 @@ class DataprocBatchOperator(JobWaitingOperator):
         if not config.traits.managed_spark:
             return run_local_batch(config)
         batch_id = batch_id_for(names_for(context, config).prefix)
+        dataproc = config.dataproc
+        if dataproc is None:  # preflight's dataproc workflow refuses a configuration without it
+            raise AirflowFailException("the configuration has no dataproc section. Fix: add one "
+                                       "(configs/dataproc.example.yaml).")
         context["ti"].xcom_push(key=DataprocConsoleLink.source_key,
                                 value=dataproc_batch_url(config.project, config.region, batch_id))
         self._operation_name = create_gcp_batch(config, batch_id, names_for(context, config).prefix,
                                                 lease=(context["dag"].dag_id, context["run_id"]))
         if self._operation_name:
             context["ti"].xcom_push(key="operation", value=self._operation_name)
-        log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, config.dataproc.timeout_s)
+        log.info("deferring until Dataproc batch %s ends (up to %.0fs)", batch_id, dataproc.timeout_s)
         trigger = CancellingDataprocBatchTrigger(
             batch_id=batch_id, project_id=config.project, region=config.region, **config.hook_identity(),
             polling_interval_seconds=self.poll_interval if self.poll_interval is not None
-            else config.dataproc.poll_interval_s,
-            timeout_s=config.dataproc.timeout_s, cancel_on_kill=self.cancel_on_kill)
-        self.defer_or_wait(trigger, config.dataproc.timeout_s)  # execute_complete gets its event
+            else dataproc.poll_interval_s,
+            timeout_s=dataproc.timeout_s, cancel_on_kill=self.cancel_on_kill)
+        self.defer_or_wait(trigger, dataproc.timeout_s)  # execute_complete gets its event
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         from gpuflow.dataproc.serverless import batch_id_for
@@ -101,7 +108,8 @@ class DataprocBatchOperator(JobWaitingOperator):
         batch_id = event.get("batch_id") or batch_id_for(names_for(context, config).prefix)
         state = event.get("batch_state") or event.get("status", "UNKNOWN")  # the timeout's event has no batch state
         try:
-            return finished_gcp_batch(config, batch_id, state, event.get("batch_state_message") or event.get("message"))
+            return finished_gcp_batch(config, batch_id, state,
+                                      event.get("batch_state_message") or event.get("message") or "")
         except BatchFailed as failure:
             raise AirflowFailException(str(failure)) from None  # the batch ended: a retry would find it ended
 

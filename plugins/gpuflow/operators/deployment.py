@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import JobWaitingOperator, event_succeeded, rollout_plan
 from gpuflow.operators.links import DataflowConsoleLink
 from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _image_of, _pushed_handle
 from gpuflow.workflow_names import LAUNCH_TASK
+
+if TYPE_CHECKING:
+    from gpuflow.configuration.model import GpuflowConfig
+    from gpuflow.platform import JobHandle, Platform
+    from gpuflow.runs.naming import ResourceNames
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ class PromoteOperator(JobWaitingOperator):
         super().__init__(**kwargs)
         self.image, self.launch_task_id = image, launch_task_id
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.deployment import after_replaced_job, promote
 
         rollout = rollout_plan(context, config, names, platform.conn_id)
@@ -58,12 +63,15 @@ class PromoteOperator(JobWaitingOperator):
         return {**result, "replaced": draining.to_xcom() if draining else None,
                 "deleted_subscriptions": after_replaced_job(config, names, platform, rollout)}
 
-    def execute_complete_step(self, config, names, platform, context, event, handle, result):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, handle: JobHandle, result: dict[str, Any]) -> Any:
         from gpuflow.steps.deployment import after_replaced_job
 
         log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "replaced job %s: %s", handle.name,
                 event.get("message"))
         rollout = rollout_plan(context, config, names, platform.conn_id)
+        if rollout is None:  # promote defers only on a persistent run's plan, which rollout_plan checked again
+            raise AirflowFailException("this run's rollout plan is gone since promote deferred. Fix: trigger a new run.")
         return {**result, "replaced": handle.to_xcom(),
                 "deleted_subscriptions": after_replaced_job(config, names, platform, rollout)}
 
@@ -75,7 +83,7 @@ class TeardownOperator(CleanupOperator):
 
     execution_timeout_from = "job_stop"  # its execution_timeout: gpuflow.runs.task_timeouts
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.platform import JobHandle
         from gpuflow.platform.records import Records
         from gpuflow.runs.naming import DEPLOYMENT_LABEL, deployment_name
@@ -97,7 +105,7 @@ class TeardownOperator(CleanupOperator):
         stopping = [job for job in jobs.values() if platform.request_stop(job)]
         return self._next(context, config, names, platform, [job.to_xcom() for job in stopping], [])
 
-    def delete_resources(self, context, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+    def delete_resources(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopped: list[str]) -> dict[str, Any]:
         from gpuflow.runs.naming import deployment_name
         from gpuflow.steps.deployment import tear_down
 
@@ -111,7 +119,7 @@ class JanitorOperator(CleanupOperator):
 
     LEFTOVERS_KEY = "gpuflow_leftovers"
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.platform import JobHandle
         from gpuflow.steps.janitor import describe, find_leftovers
 
@@ -126,7 +134,7 @@ class JanitorOperator(CleanupOperator):
         stopping = [job for job in jobs if platform.request_stop(job, drain=False)]
         return self._next(context, config, names, platform, [job.to_xcom() for job in stopping], [])
 
-    def delete_resources(self, context, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+    def delete_resources(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopped: list[str]) -> dict[str, Any]:
         from gpuflow.steps.janitor import clean_up
 
         leftovers = context["ti"].xcom_pull(task_ids=self.task_id, key=self.LEFTOVERS_KEY)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from gpuflow.operators.base import config_from_params, fail_on_errors
+
+if TYPE_CHECKING:
+    from gpuflow.configuration.model import GpuflowConfig
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +51,12 @@ class GpuQuotaReportOperator(BaseOperator):
         return {"profile": "gcp", "readings": [r.as_dict() for r in readings]}
 
     @staticmethod
-    def _check_access(config) -> None:
+    def _check_access(config: GpuflowConfig) -> None:
         """The quota reads' own APIs and permissions first: a refused read then names its fix instead of a 403."""
         from gpuflow.platform import get_platform
         from gpuflow.preflight.access_rules import access_findings
 
-        fail_on_errors(access_findings(config, "quota_report", get_platform(config).access_probe()),
-                       "access for the quota report")
+        probe = get_platform(config).access_probe()
+        if probe is None:  # the local profile: no project to read
+            return
+        fail_on_errors(access_findings(config, "quota_report", probe), "access for the quota report")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
@@ -23,6 +23,13 @@ from gpuflow.operators.base import (
 )
 from gpuflow.operators.links import CloudBuildConsoleLink, DataflowConsoleLink, VertexAIConsoleLink
 from gpuflow.workflow_names import LAUNCH_TASK
+
+if TYPE_CHECKING:
+    from gpuflow.configuration.model import GpuflowConfig
+    from gpuflow.platform import JobHandle, Platform
+    from gpuflow.runs.naming import ResourceNames
+    from gpuflow.runs.rollout import RolloutPlan
+    from gpuflow.steps.smoke import SmokeRound
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +72,13 @@ class PreflightOperator(BaseOperator):
             context["ti"].xcom_push(key=ROLLOUT_KEY, value=self._plan(config, context).model_dump(mode="json"))
         return result
 
-    def derive_config(self, context: Any):
+    def derive_config(self, context: Any) -> GpuflowConfig:
         """The run's configuration, from the configuration file and the run's conf through the run policy. Every
         later task derives it again and compares it with this task's XCom (``GpuflowStepOperator.trusted_config``),
         so an XCom edited after preflight acts on nothing."""
         return self.for_this_run(self._config(context), context)
 
-    def _config(self, context: Any):
+    def _config(self, context: Any) -> GpuflowConfig:
         if self.config_file is None:
             return config_from_params(context)
         from gpuflow.configuration.loading import load_config
@@ -85,7 +92,7 @@ class PreflightOperator(BaseOperator):
             raise AirflowFailException(str(error)) from None
 
     @staticmethod
-    def _plan(config, context: Any):
+    def _plan(config: GpuflowConfig, context: Any) -> RolloutPlan:
         """A persistent deployment: which rollout path this run takes, and why (logged)."""
         from gpuflow.configuration.model import ConfigError
         from gpuflow.platform import get_platform
@@ -98,7 +105,7 @@ class PreflightOperator(BaseOperator):
             except ConfigError as error:  # another configuration's deployment: refused before anything is made
                 raise AirflowFailException(str(error)) from None
 
-    def for_this_run(self, config, context: Any):
+    def for_this_run(self, config: GpuflowConfig, context: Any) -> GpuflowConfig:
         """What the run's own context fills in (the batch DAG: its dates in the paths)."""
         return config
 
@@ -113,7 +120,7 @@ class SetupResourcesOperator(GpuflowStepOperator):
 
     execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.resources import create_resources
 
         rollout = rollout_plan(context, config, names, platform.conn_id)
@@ -136,7 +143,7 @@ class QuotaCheckOperator(GpuflowStepOperator):
 
     ui_color = "#fff3cd"
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.quota import QuotaTooLow, check_quota
 
         rollout = rollout_plan(context, config, names, platform.conn_id)
@@ -166,14 +173,15 @@ class ExportModelOperator(JobWaitingOperator):
 
     operator_extra_links = (VertexAIConsoleLink(),)
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.export import export_model
 
         result = export_model(config, names, platform)
         self.defer_on_started_job(context, config, platform, result, VertexAIConsoleLink, config.export.timeout_s)
         return self._exported(config, context, result)
 
-    def execute_complete_step(self, config, names, platform, context, event, handle, result):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, handle: JobHandle, result: dict[str, Any]) -> Any:
         if not event_succeeded(event):
             raise AirflowException(f"the export failed: {event.get('message')}. Fix: read the job's logs in the "
                                    "Vertex AI console (the task's link); a larger export.machine_type helps when it "
@@ -182,14 +190,14 @@ class ExportModelOperator(JobWaitingOperator):
         return self._exported(config, context, result)
 
     @staticmethod
-    def _exported(config, context, result):
+    def _exported(config: GpuflowConfig, context: Any, result: dict[str, Any]) -> dict[str, Any]:
         context["outlet_events"][STATE_DICT_ASSET].extra = {
             "state_dict_uri": result["state_dict_uri"], "model_dir_uri": result["model_dir_uri"],
             "model": result["model"], "kept": bool(config.export.model_dir),
         }
         return result
 
-    def stop_job(self, platform, handle) -> None:
+    def stop_job(self, platform: Platform, handle: JobHandle) -> None:
         platform.cancel_export(handle.name)
 
 
@@ -210,21 +218,22 @@ class BuildContainerOperator(JobWaitingOperator):
 
     operator_extra_links = (CloudBuildConsoleLink(),)
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.container import build_container
 
         result = build_container(config, names, platform)
         self.defer_on_started_job(context, config, platform, result, CloudBuildConsoleLink, config.container.build_timeout_s)
         return result
 
-    def execute_complete_step(self, config, names, platform, context, event, handle, result):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, handle: JobHandle, result: dict[str, Any]) -> Any:
         if not event_succeeded(event):
             raise AirflowException(f"Cloud Build {handle.id} failed: {event.get('message')}. Fix: read its log "
                                    "(the task's Cloud Build link).")
         log.info("container image %s: built by Cloud Build %s", result["image"], handle.id)
         return {**result, "built": True, "detail": f"built by Cloud Build {handle.id}"}
 
-    def stop_job(self, platform, handle) -> None:
+    def stop_job(self, platform: Platform, handle: JobHandle) -> None:
         platform.cancel_build(handle.id)
 
 
@@ -255,7 +264,7 @@ class VerifyGpuOperator(JobWaitingOperator):
         super().__init__(**kwargs)
         self.image = image
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         if not config.uses_gpu:
             log.info("gpu.type none: the workers run on CPU, so there is no GPU to check")
             return {"gpu_found": False, "skipped": "gpu.type none: CPU workers"}
@@ -272,7 +281,8 @@ class VerifyGpuOperator(JobWaitingOperator):
         self.remember_job(platform, handle)
         self.defer_on(context, config, platform, handle, "done")
 
-    def execute_complete_step(self, config, names, platform, context, event, handle):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, handle: JobHandle) -> Any:
         from gpuflow.steps.gpu import NoGpuOnWorkers, judge_gpu_report
 
         if not event_succeeded(event):
@@ -312,7 +322,7 @@ class LaunchPipelineOperator(JobWaitingOperator):
         super().__init__(**kwargs)
         self.image = image
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         rollout = None if self.batch else rollout_plan(context, config, names, platform.conn_id)
         if rollout is not None and rollout.path != "weights":  # a deployment's new job watches its pointer folder
             from gpuflow.steps.deployment import ensure_version_pointer
@@ -322,7 +332,7 @@ class LaunchPipelineOperator(JobWaitingOperator):
             return self._roll_out(config, names, platform, context, rollout)
         return self._start(config, names, context, after=0, failures=[])
 
-    def _roll_out(self, config, names, platform, context, rollout):
+    def _roll_out(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any, rollout: RolloutPlan) -> Any:
         """A deployment's weights (the running job switches versions) or update (Dataflow replaces it in place)."""
         from gpuflow.steps.deployment import roll_out_weights, update_in_place
 
@@ -335,7 +345,7 @@ class LaunchPipelineOperator(JobWaitingOperator):
         context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
         self.defer_on(context, config, platform, handle, "running", placement=1, failures=[], started=time.time())
 
-    def _start(self, config, names, context, after: int, failures: list[str]):
+    def _start(self, config: GpuflowConfig, names: ResourceNames, context: Any, after: int, failures: list[str]) -> Any:
         from gpuflow.platform import get_platform
         from gpuflow.steps.launch import start_next_placement
         from gpuflow.steps.placements import FallbacksExhausted
@@ -354,7 +364,9 @@ class LaunchPipelineOperator(JobWaitingOperator):
         self.defer_on(context, placement.config, platform, handle, until, timeout_s, placement=placement.number,
                       failures=failures, started=time.time())
 
-    def execute_complete_step(self, config, names, platform, context, event, handle, placement, failures, started):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, handle: JobHandle, placement: int, failures: list[str],
+                              started: float) -> Any:
         from gpuflow.steps.launch import after_failed_start
 
         if event_succeeded(event):
@@ -368,7 +380,7 @@ class LaunchPipelineOperator(JobWaitingOperator):
         raise AirflowException(message)
 
 
-def _pushed_handle(context: Any, launch_task_id: str):
+def _pushed_handle(context: Any, launch_task_id: str) -> JobHandle | None:
     from gpuflow.platform import JobHandle
 
     pushed = context["ti"].xcom_pull(task_ids=launch_task_id, key=DataflowConsoleLink.source_key)
@@ -387,7 +399,9 @@ class GpuUsageCheck(JobWaitingOperator):
         super().__init__(**kwargs)
         self.launch_task_id = launch_task_id
 
-    def check_usage(self, context, config, platform, handle, window, result: dict[str, Any]) -> dict[str, Any]:
+    def check_usage(self, context: Any, config: GpuflowConfig, platform: Platform, handle: JobHandle | None, window: list[float],
+                    result: dict[str, Any]) -> dict[str, Any]:
+        usage: dict[str, Any] | None
         if not config.uses_gpu:
             usage = {"source": "none", "note": "gpu.type none: CPU workers, no GPU to check"}
         else:
@@ -402,11 +416,12 @@ class GpuUsageCheck(JobWaitingOperator):
                                                        "note": f"no Dataflow job handle ({self.launch_task_id} "
                                                                "pushed none)"})
 
-    def execute_complete_step(self, config, names, platform, context, event, result, **_):
-        return self._checked(config, result, event["usage"])
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, result: dict[str, Any] | None = None, **carry: Any) -> Any:
+        return self._checked(config, result or {}, event["usage"])
 
     @staticmethod
-    def _checked(config, result, usage):
+    def _checked(config: GpuflowConfig, result: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
         from gpuflow.steps.smoke import NoGpuUsage, check_gpu_usage
 
         try:
@@ -431,7 +446,7 @@ class SmokeTestOperator(GpuUsageCheck):
 
     execution_timeout_from = "smoke_test"  # its execution_timeout: gpuflow.runs.task_timeouts
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.smoke import start_smoke_test
 
         rollout = rollout_plan(context, config, names, platform.conn_id)
@@ -439,7 +454,7 @@ class SmokeTestOperator(GpuUsageCheck):
                                  expect_version=names.model_version if rollout is not None else None)
         self._wait_for_answers(context, config, names, state)
 
-    def _wait_for_answers(self, context, config, names, state) -> None:
+    def _wait_for_answers(self, context: Any, config: GpuflowConfig, names: ResourceNames, state: SmokeRound) -> None:
         from gpuflow.triggers.answers import smoke_answers_trigger
 
         # Straight to the trigger: a streaming job's first answers wait for its first batch, and what the trigger
@@ -447,7 +462,8 @@ class SmokeTestOperator(GpuUsageCheck):
         self.defer_with(context, smoke_answers_trigger(config, names, state), max(0.0, state.deadline - time.time()),
                         wait_first=False, smoke=state.model_dump(mode="json"))
 
-    def execute_complete_step(self, config, names, platform, context, event, smoke=None, **carry):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, smoke: dict[str, Any] | None = None, **carry: Any) -> Any:
         if smoke is None:  # back from the GPU-usage wait
             return super().execute_complete_step(config, names, platform, context, event, **carry)
         from gpuflow.steps.smoke import (
@@ -501,7 +517,7 @@ class CleanupOperator(JobWaitingOperator):
         super().__init__(**kwargs)
         self.launch_task_id = launch_task_id
 
-    def execute_step(self, config, names, platform, context):
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.cleanup import request_stops
 
         pushed, keep = _pushed_handle(context, self.launch_task_id), None
@@ -515,7 +531,8 @@ class CleanupOperator(JobWaitingOperator):
         stopping = request_stops(names, platform, pushed, keep=keep)
         return self._next(context, config, names, platform, [h.to_xcom() for h in stopping], [])
 
-    def _next(self, context, config, names, platform, stopping: list[dict], stopped: list[str]):
+    def _next(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopping: list[dict[str, Any]],
+              stopped: list[str]) -> dict[str, Any]:
         """Defer on the next job that is still stopping; once none is, delete the run's resources."""
         from gpuflow.platform import JobHandle
 
@@ -526,7 +543,7 @@ class CleanupOperator(JobWaitingOperator):
                 self.defer_on(context, config, platform, handle, "stopped", stopping=stopping, stopped=stopped)
         return self.delete_resources(context, config, names, platform, stopped)
 
-    def delete_resources(self, context, config, names, platform, stopped: list[str]) -> dict[str, Any]:
+    def delete_resources(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopped: list[str]) -> dict[str, Any]:
         """Once the run's jobs have stopped: what else of the run goes."""
         from gpuflow.steps.cleanup import delete_run_resources
 
@@ -537,6 +554,8 @@ class CleanupOperator(JobWaitingOperator):
             serving = Records(config, platform.conn_id).read(names.deployment)
         return delete_run_resources(config, names, platform, stopped, serving=serving)
 
-    def execute_complete_step(self, config, names, platform, context, event, handle, stopping, stopped):
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, handle: JobHandle, stopping: list[dict[str, Any]],
+                              stopped: list[str]) -> Any:
         log.log(logging.INFO if event_succeeded(event) else logging.WARNING, "%s", event.get("message"))
         return self._next(context, config, names, platform, stopping, stopped)
