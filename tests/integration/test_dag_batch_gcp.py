@@ -40,10 +40,14 @@ def test_a_batch_date_on_gcp_falls_back_from_an_exhausted_zone_and_publishes(air
     cloud.install(monkeypatch)
     cloud.dataflow.scripts = [BATCH_SUCCEEDS, ZONE_EXHAUSTED, BATCH_SUCCEEDS]  # GPU check; batch job; its fallback
 
+    from tests.task_trace import TaskFileTrace
+
+    trace = TaskFileTrace().install(monkeypatch)
     run = dag_bag().dags[DAG_ID].test(logical_date=DAY, run_conf=CONF)
 
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert run.state == DagRunState.SUCCESS, states
+    assert trace.unnamed(DAG_ID) == {}  # docs/architecture.md's rows name what each task ran (the fallback too)
     assert set(states.values()) == {TaskInstanceState.SUCCESS}
     prefix = run_prefix(DAG_ID, run.run_id)
     launches = cloud.dataflow.calls("launch_template")

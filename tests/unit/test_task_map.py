@@ -13,12 +13,13 @@ from tests.helpers import ROOT, dag_bag
 
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGE = ROOT / "plugins" / "gpuflow"
-COLUMNS = ["task", "DAG files", "operator", "both profiles", "local backend", "gcp backend", "waits in"]
+COLUMNS = ["task", "DAG files", "operator", "both profiles", "local backend", "gcp backend", "waits in",
+           "also runs (gcp, traced)"]
 REFERENCE = re.compile(r"`([a-z_/]+\.py)(?:::([A-Za-z_.]+))?`")
 
 
 def task_rows() -> list[dict[str, str]]:
-    section = DOC.read_text().split("## Each task in three files", 1)[1].split("\n## ", 1)[0]
+    section = DOC.read_text().split("## Each task and the files it runs", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert header == COLUMNS
@@ -36,6 +37,13 @@ def defined_names(path: Path) -> set[str]:
         if isinstance(node, ast.ClassDef):
             names |= {f"{node.name}.{item.name}" for item in node.body if isinstance(item, ast.FunctionDef)}
     return names
+
+
+def files_named_for(task: str, dag_id: str) -> set[str]:
+    """The gpuflow files the table's row for ``task`` of ``dag_id`` names, in any column."""
+    rows = [row for row in task_rows() if row["task"] == task and dag_id in row["DAG files"].split(", ")]
+    assert len(rows) == 1, f"{len(rows)} rows for task {task} of {dag_id}"
+    return {file_name for column in COLUMNS[2:] for file_name, _ in REFERENCE.findall(rows[0][column])}
 
 
 def missing_references(rows: list[dict[str, str]]) -> list[str]:
