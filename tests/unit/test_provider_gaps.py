@@ -104,3 +104,41 @@ def test_the_provider_cannot_read_monitoring_time_series():
     import airflow.providers.google.cloud.triggers as triggers
 
     assert not [m.name for m in pkgutil.iter_modules(triggers.__path__) if "monitoring" in m.name]
+
+
+def test_the_providers_create_custom_job_operator_starts_a_job_at_every_try():
+    """docs/architecture.md (export_model): CreateCustomJobOperator is not in Composer's floor provider (22.2.0), and
+    22.8.0's creates a new custom job at every try (it looks for none an earlier try started) and defers to
+    CustomJobTrigger, which has neither a timeout nor a cancel on kill (above). gpuflow's export finds the run's job
+    by its name and label, and waits in CancellingCustomJobTrigger."""
+    from gpuflow.catalog import composer_tested_lines
+
+    module = importlib.import_module("airflow.providers.google.cloud.operators.vertex_ai.custom_job")
+    cls = getattr(module, "CreateCustomJobOperator", None)
+    floor_providers = {line["packages"]["apache-airflow-providers-google"] for line in composer_tested_lines().values()}
+    if cls is None:
+        assert PROVIDER in floor_providers, f"provider {PROVIDER} has no CreateCustomJobOperator"
+        return
+    source = inspect.getsource(cls.execute)
+    assert "create_custom_job" in source and "list_custom_jobs" not in source, (
+        f"provider {PROVIDER}: CreateCustomJobOperator looks for an earlier try's job now; docs/architecture.md claims "
+        "it does not")
+
+
+def test_the_providers_link_classes_load_hundreds_of_modules():
+    """operators/links.py: gpuflow's links are BaseOperatorLink subclasses, not the provider's BaseGoogleLink (whose
+    persist any operator may call, and whose get_link gives "" when nothing is stored): importing
+    airflow.providers.google.cloud.links.base from gpuflow's operator modules would load its modules in every forked
+    parse, since the dag-processor pre-imports only the airflow.* modules a DAG file names. 22.8.0's loads 612
+    (about 300 ms a parse here); Composer's floor, 22.2.0, loads 12."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import airflow.sdk; before = set(sys.modules); "
+            "import airflow.providers.google.cloud.links.base; print(len(set(sys.modules) - before))")
+    loaded = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                timeout=120).stdout.split()[-1])
+    if tuple(int(part) for part in PROVIDER.split(".")[:2]) < (22, 8):  # Composer's 22.2.0: 12 modules
+        return
+    assert loaded > 200, (f"provider {PROVIDER}: its link base loads {loaded} modules now; operators/links.py can "
+                          "use BaseGoogleLink subclasses")

@@ -60,7 +60,8 @@ class WaitForInputOperator(JobWaitingOperator):
     22.8.0). Not for parse cost (named in a DAG file, the sensor parsed at 1.14 times a bare one-task DAG the way
     the dag-processor parses: docs/benchmarks.md), but because one task serves both profiles: on the local profile
     the input lies on local disk or in the storage emulator, which the provider's async client finds only through
-    the triggerer's environment; and ``batch.missing_input`` chooses between skipping the run and failing it."""
+    the triggerer's environment. (On gcp the sensor would do: it defers with its ``timeout``, and ``soft_fail`` turns
+    the timeout into a skip, as ``batch.missing_input: skip`` does.)"""
 
     execution_timeout_from = "input"  # its execution_timeout: gpuflow.runs.task_timeouts
 

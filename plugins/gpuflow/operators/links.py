@@ -1,12 +1,12 @@
 """The console links of the jobs gpuflow starts, read from the URLs its tasks push to XCom.
 
-Not the provider's link classes (apache-airflow-providers-google 22.8.0: ``DataflowJobLink``,
-``VertexAITrainingLink``, ``CloudBuildLink``, ``DataprocBatchLink``). Not for parse cost: an operator's links load
-when its DAG file is parsed, but the dag-processor pre-imports only the ``airflow.*`` modules the DAG file itself
-names, and links named in gpuflow's operator modules would load the provider (613 modules) in every forked parse;
-named in a DAG file, a stock link parsed at 1.13 times a bare one-task DAG (docs/benchmarks.md). The provider's
-classes build the URL from what its own operators persist (project, region, job id), and have no empty link for
-the local profile's jobs. These classes carry names of their own, so that no reader takes them for the provider's.
+Not the provider's ``BaseGoogleLink`` subclasses (apache-airflow-providers-google 22.8.0), though they would serve:
+any operator may call ``persist``, and ``get_link`` gives "" when nothing is stored (the local profile's jobs).
+For parse cost: an operator's links load when its DAG file is parsed, and the dag-processor pre-imports only the
+``airflow.*`` modules the DAG file itself names, so links named in gpuflow's operator modules would load 22.8.0's
+``links.base`` (612 modules, about 300 ms) in every forked parse (``tests/unit/test_provider_gaps.py`` fails when
+that shrinks; Composer's 22.2.0 loads 12). These classes carry names of their own, so that no reader takes them for
+the provider's.
 
 A module of its own: Airflow's BaseOperatorLink is an attrs class whose import costs about a millisecond of
 every parse, so only the DAGs whose operators have links import it.
