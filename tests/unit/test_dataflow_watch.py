@@ -17,7 +17,7 @@ def test_workers_have_started_when_any_event_saw_them_even_if_a_later_one_did_no
     """A later change of the target (an event with 0 running workers) must not hide that workers came up."""
     watch = DataflowStartWatch("job-1", "running")
     outcome = watch.observe(RUNNING, [], [event(10, 1), event(20, 0)], elapsed_s=30)
-    assert watch.workers_started and outcome is not None and outcome.status == "reached"
+    assert watch.workers_started and outcome is not None and outcome.status == "success"
 
 
 def test_no_event_with_workers_is_still_waiting():

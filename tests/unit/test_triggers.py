@@ -53,7 +53,7 @@ def dataflow_trigger(cloud, script, until="running", timeout_s=5.0):
 def test_a_streaming_job_is_running_once_its_workers_have_started(cloud):
     handle, trigger = dataflow_trigger(cloud, STREAMING_STARTS)
     event = first_event(trigger)
-    assert event["status"] == "reached" and "workers have started" in event["message"]
+    assert event["status"] == "success" and "workers have started" in event["message"]
     polled = cloud.dataflow.calls("get_job")
     assert len(polled) == len(STREAMING_STARTS)  # RUNNING alone was not enough: it waited for the workers
     assert all(r.job_id == handle.id and r.project_id == GCP_TEST_PROJECT and r.location == "us-central1"
@@ -75,7 +75,7 @@ def test_start_messages_are_read_at_detailed_importance(cloud):
 
 
 def test_workers_seen_only_in_autoscaling_events_count_as_started(cloud):
-    assert first_event(dataflow_trigger(cloud, STREAMING_STARTS_BY_AUTOSCALING)[1])["status"] == "reached"
+    assert first_event(dataflow_trigger(cloud, STREAMING_STARTS_BY_AUTOSCALING)[1])["status"] == "success"
     assert len(cloud.dataflow.calls("get_job")) == len(STREAMING_STARTS_BY_AUTOSCALING)  # 0 workers was not enough
 
 
@@ -113,14 +113,14 @@ def test_workers_that_never_start_time_out_with_the_guides_advice(cloud):
 
 def test_a_batch_job_is_waited_for_until_done(cloud):
     event = first_event(dataflow_trigger(cloud, BATCH_SUCCEEDS, until="done")[1])
-    assert event["status"] == "reached" and len(cloud.dataflow.calls("get_job")) == len(BATCH_SUCCEEDS)
+    assert event["status"] == "success" and len(cloud.dataflow.calls("get_job")) == len(BATCH_SUCCEEDS)
 
 
 def test_a_stopping_job_is_waited_for_until_it_has_stopped(cloud):
     script = [(JobState.JOB_STATE_CANCELLING, []), (JobState.JOB_STATE_CANCELLING, []),
               (JobState.JOB_STATE_CANCELLED, [])]
     event = first_event(dataflow_trigger(cloud, script, until="stopped")[1])
-    assert event["status"] == "reached" and "JOB_STATE_CANCELLED" in event["message"]
+    assert event["status"] == "success" and "JOB_STATE_CANCELLED" in event["message"]
     assert cloud.dataflow.calls("list_job_messages") == []  # a stop needs the state only
 
 
@@ -246,7 +246,7 @@ def test_a_local_pipeline_is_running_once_it_logs_so(tmp_path):
     """)
     try:
         event = first_event(job_trigger(load_config(None), handle, "running", 30))
-        assert event["status"] == "reached" and process.poll() is None
+        assert event["status"] == "success" and process.poll() is None
     finally:
         process.kill()
 
@@ -260,7 +260,7 @@ def test_a_local_pipeline_that_exits_fails_with_its_log_tail(tmp_path):
 
 def test_a_local_job_is_done_when_its_process_has_finished(tmp_path):
     handle, process = start_process(tmp_path, "import time; time.sleep(0.3)")
-    assert first_event(job_trigger(load_config(None), handle, "done", 30))["status"] == "reached"
+    assert first_event(job_trigger(load_config(None), handle, "done", 30))["status"] == "success"
 
 
 def test_a_local_batch_job_that_fails_is_not_done_and_says_why(tmp_path):
@@ -287,7 +287,7 @@ def test_an_early_event_is_held_for_the_settle_time_and_a_late_one_is_not(tmp_pa
         trigger = LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until="done", timeout_s=30,
                                       settle_s=settle_s)
         started = time.monotonic()
-        assert first_event(trigger)["status"] == "reached"
+        assert first_event(trigger)["status"] == "success"
         assert at_least <= time.monotonic() - started < at_least + 0.7
     ended_at = tmp_path / "ended_at"  # CLOCK_MONOTONIC is one clock for every process of the machine
     slow, process = start_process(tmp_path, f"import time; time.sleep(1.5); open({str(ended_at)!r}, 'w').write("
@@ -295,7 +295,7 @@ def test_an_early_event_is_held_for_the_settle_time_and_a_late_one_is_not(tmp_pa
     event = first_event(LocalProcessTrigger(pid=int(slow.id), log_path=slow.location, until="done", timeout_s=30,
                                             poll_interval_s=0.1, settle_s=0.8))
     # No settle added to a long wait: the event comes a poll after the process ended, not settle_s after it.
-    assert event["status"] == "reached" and time.monotonic() - float(ended_at.read_text()) < 0.8
+    assert event["status"] == "success" and time.monotonic() - float(ended_at.read_text()) < 0.8
 
 
 # -- a kill while deferred, on a triggerer that does not call on_kill (Airflow 3.1, Composer's floor) ---------------

@@ -30,7 +30,7 @@ Until = Literal["running", "done", "stopped"]
 
 @dataclass(frozen=True)
 class JobOutcome:
-    status: Literal["reached", "failed", "timeout"]
+    status: Literal["success", "failed", "timeout"]
     message: str
 
     def event(self, **extra: Any) -> dict[str, Any]:
@@ -76,7 +76,7 @@ class DataflowStartWatch:
                                         "--streaming (gpuflow's streaming launch stages it so).")
         if self.until == "stopped":
             if state.name in TERMINAL_STATES:
-                return JobOutcome("reached", f"Dataflow job {self.job_id} is {state.name}")
+                return JobOutcome("success", f"Dataflow job {self.job_id} is {state.name}")
             log.info("Dataflow job %s: %s (%.0fs)", self.job_id, state.name, elapsed_s)
             return None
         # Any event with workers running says they started: a later event (a new target, say) must not hide it.
@@ -102,9 +102,9 @@ class DataflowStartWatch:
             return JobOutcome("failed", f"Dataflow job {self.job_id} ended {state.name}: "
                                         f"{' | '.join(self.errors) or 'no error message'}.{self._diagnosis()}")
         if self.until == "done" and state == dataflow_v1beta3.JobState.JOB_STATE_DONE:
-            return JobOutcome("reached", f"Dataflow job {self.job_id} is done ({elapsed_s:.0f}s)")
+            return JobOutcome("success", f"Dataflow job {self.job_id} is done ({elapsed_s:.0f}s)")
         if self.until == "running" and state == dataflow_v1beta3.JobState.JOB_STATE_RUNNING and self.workers_started:
-            return JobOutcome("reached", f"Dataflow job {self.job_id} is running and its workers have started "
+            return JobOutcome("success", f"Dataflow job {self.job_id} is running and its workers have started "
                                          f"({elapsed_s:.0f}s)")
         log.info("Dataflow job %s: %s, %s (%.0fs)", self.job_id, state.name,
                  "workers started" if self.workers_started else "waiting for GPU workers", elapsed_s)

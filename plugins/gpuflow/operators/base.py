@@ -170,7 +170,7 @@ def deferral_timeout(timeout_s: float) -> timedelta:
 
 def event_succeeded(event: dict[str, Any] | None) -> bool:
     """A trigger's event says its job got where the task waited for (gpuflow's triggers and the provider's)."""
-    return event is not None and event.get("status") in ("reached", "success")
+    return event is not None and event.get("status") == "success"
 
 
 class WaitInWorker(Exception):

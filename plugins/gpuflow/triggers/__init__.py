@@ -1,7 +1,7 @@
 """gpuflow's triggers: where a task waits for a job without holding a worker slot.
 
 A task starts its job, pushes the handle, then defers to the trigger for the job's kind:
-- Dataflow (gcp): ``DataflowJobStartTrigger`` on the provider's ``AsyncDataflowHook`` (workers started, job done or
+- Dataflow (gcp): ``DataflowJobStateTrigger`` on the provider's ``AsyncDataflowHook`` (workers started, job done or
   stopped, with the zone-exhaustion fail-fast: the provider's Dataflow triggers wait for a job state only);
 - Vertex AI custom jobs and Cloud Build (gcp): the provider's ``CustomJobTrigger`` and
   ``CloudBuildCreateBuildTrigger``, with ``on_kill`` and a timeout added (``gpuflow.triggers.cancelling``);
@@ -37,9 +37,9 @@ def job_trigger(config: GpuflowConfig, handle: JobHandle, until: str, timeout_s:
         return LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until=until, timeout_s=timeout_s,
                                    cancel_on_kill=cancel_on_kill, **local_poll)
     if handle.kind == "dataflow":
-        from gpuflow.triggers.dataflow import DataflowJobStartTrigger
+        from gpuflow.triggers.dataflow import DataflowJobStateTrigger
 
-        return DataflowJobStartTrigger(project_id=config.project, location=handle.location, job_id=handle.id,
+        return DataflowJobStateTrigger(project_id=config.project, location=handle.location, job_id=handle.id,
                                        until=until, timeout_s=timeout_s, **config.hook_identity(),
                                        poll_interval_s=poll_s, cancel_on_kill=cancel_on_kill)
     if handle.kind == "vertex-custom-job":

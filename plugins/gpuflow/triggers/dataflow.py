@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 MAX_POLL_ERRORS = 3
 
 
-class DataflowJobStartTrigger(SettlingTrigger):
+class DataflowJobStateTrigger(SettlingTrigger):
+    """Waits until a Dataflow job reaches ``until``: running with its workers started, done, or stopped."""
+
     def __init__(self, project_id: str, location: str, job_id: str, until: str, timeout_s: float,
                  gcp_conn_id: str = "google_cloud_default", impersonation_chain: Any = None,
                  poll_interval_s: float = 10.0, cancel_on_kill: bool = True, settle_s: float = HOLD_S):
@@ -36,7 +38,7 @@ class DataflowJobStartTrigger(SettlingTrigger):
         self.gcp_conn_id, self.impersonation_chain, self.cancel_on_kill = gcp_conn_id, impersonation_chain, cancel_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return self._with_settle("gpuflow.triggers.dataflow.DataflowJobStartTrigger", {
+        return self._with_settle("gpuflow.triggers.dataflow.DataflowJobStateTrigger", {
             "project_id": self.project_id, "location": self.location, "job_id": self.job_id, "until": self.until,
             "timeout_s": self.timeout_s, "gcp_conn_id": self.gcp_conn_id,
             "impersonation_chain": self.impersonation_chain, "poll_interval_s": self.poll_interval_s,

@@ -40,13 +40,13 @@ class LocalProcessTrigger(SettlingTrigger):
 
         path = Path(self.log_path)
         if self.until == "running" and path.exists() and PIPELINE_RUNNING_MARKER in path.read_text(errors="replace"):
-            return {"status": "reached", "message": f"the pipeline is running (pid {self.pid}, log {path})"}
+            return {"status": "success", "message": f"the pipeline is running (pid {self.pid}, log {path})"}
         if process_alive(self.pid):
             return None
         if self.until == "done":
             status = exit_status(path)
             if status == 0:
-                return {"status": "reached", "message": f"process {self.pid} has finished"}
+                return {"status": "success", "message": f"process {self.pid} has finished"}
             ended = "was stopped" if status is None else f"failed with exit status {status}"
             return {"status": "failed", "message": f"process {self.pid} {ended}. Log tail:\n{_log_tail(path)}"}
         return {"status": "failed",

@@ -59,7 +59,7 @@ class GpuMetricsTrigger(SettlingTrigger):
         while True:
             readings = await self._read(client, requests)
             if all(readings.values()):
-                yield TriggerEvent({"status": "reached", "usage": usage_summary(self.job_id, readings)})
+                yield TriggerEvent({"status": "success", "usage": usage_summary(self.job_id, readings)})
                 return
             if time.monotonic() - started > self.timeout_s:
                 yield TriggerEvent({"status": "timeout", "usage": no_readings(self.job_id, self.timeout_s)})
