@@ -301,10 +301,14 @@ def test_an_early_event_is_held_for_the_settle_time_and_a_late_one_is_not(tmp_pa
 # -- a kill while deferred, on a triggerer that does not call on_kill (Airflow 3.1, Composer's floor) ---------------
 
 
-def cancel_while_waiting(trigger, task_states: dict[str, str], monkeypatch) -> list[dict]:
+def cancel_while_waiting(trigger, task_states: dict[str, str], monkeypatch, cancels: int = 1,
+                         answer_delay_s: float = 0.0) -> list[dict]:
     """Run ``trigger`` as the triggerer does, then cancel its asyncio task as the 3.1 triggerer does for a user's
-    action and for its own shutdown alike; Airflow's answer to "what state is the task in" is ``task_states``, at the
-    boundary the triggerer's supervisor serves (``RuntimeTaskInstance.get_task_states``). Returns the questions."""
+    action and for its own shutdown alike (``cancels`` times, 0.1 s apart: it cancels again at each of its loops until
+    the task has ended); Airflow's answer to "what state is the task in" is ``task_states``, ``answer_delay_s``
+    late, at the boundary the triggerer's supervisor serves (``RuntimeTaskInstance.get_task_states``). The event loop
+    lives on until what the cancel started has ended, as the triggerer's does. Returns the questions."""
+    import time
     from types import SimpleNamespace
 
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
@@ -315,6 +319,7 @@ def cancel_while_waiting(trigger, task_states: dict[str, str], monkeypatch) -> l
 
     def get_task_states(**query):
         asked.append(query)
+        time.sleep(answer_delay_s)
         return {query["run_ids"][0]: {task_id: state for task_id, state in task_states.items()
                                       if task_id in query["task_ids"]}}
 
@@ -330,9 +335,14 @@ def cancel_while_waiting(trigger, task_states: dict[str, str], monkeypatch) -> l
 
         task = asyncio.create_task(wait())
         await asyncio.sleep(0.5)
-        task.cancel()
+        for _ in range(cancels):
+            task.cancel()
+            await asyncio.sleep(0.1)
         with pytest.raises(asyncio.CancelledError):
             await task
+        others = [other for other in asyncio.all_tasks() if other is not asyncio.current_task()]
+        if others:
+            await asyncio.wait(others, timeout=20)
 
     asyncio.run(run_then_cancel())
     return asked
@@ -361,6 +371,20 @@ def test_a_cancelled_local_wait_stops_the_process_only_if_the_task_left_deferral
         if stopped:
             process.wait(timeout=15)
         assert process_alive(process.pid) is not stopped
+    finally:
+        if process_alive(process.pid):
+            process.kill()
+
+
+def test_cancels_that_come_again_do_not_cut_the_kill_short(tmp_path, monkeypatch):
+    """The 3.1 triggerer cancels a trigger again at each of its loops until the trigger's task has ended: the question
+    to Airflow and the stop still finish (shielded), so the killed task's process is stopped (seen live on 3.1.8)."""
+    handle, process = start_process(tmp_path, "import time; time.sleep(600)")
+    try:
+        cancel_while_waiting(job_trigger(load_config(None), handle, "running", 30), {"launch": "failed"}, monkeypatch,
+                             cancels=5, answer_delay_s=0.3)
+        process.wait(timeout=15)
+        assert not process_alive(process.pid)
     finally:
         if process_alive(process.pid):
             process.kill()

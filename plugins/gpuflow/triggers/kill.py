@@ -14,6 +14,7 @@ triggerer to wait on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -58,12 +59,19 @@ async def stopping_job_when_killed(trigger: Any, events: AsyncIterator[TriggerEv
     except asyncio.CancelledError:
         on_kill = getattr(trigger, "on_kill", None)
         if not TRIGGERER_CALLS_ON_KILL and on_kill is not None and getattr(trigger, "cancel_on_kill", True):
-            try:
-                if await task_left_deferral(trigger):
-                    trigger.log.info("the deferred task was killed: cancelling its job")
-                    await on_kill()
-                else:
-                    trigger.log.info("the triggerer stopped while the task is still deferred: its job goes on")
-            except Exception:  # the cancel must not be lost to a failed cleanup; the janitor stops what is left
-                trigger.log.exception("cancelling the job of a killed task failed")
+            # Shielded: the 3.1 triggerer cancels a trigger again at each of its loops until the trigger's task has
+            # ended, which would cut this check and the job's cancel short; shielded, they finish in its event loop.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(_kill_if_task_left(trigger, on_kill))
         raise
+
+
+async def _kill_if_task_left(trigger: Any, on_kill: Any) -> None:
+    try:
+        if await task_left_deferral(trigger):
+            trigger.log.info("the deferred task was killed: cancelling its job")
+            await on_kill()
+        else:
+            trigger.log.info("the triggerer stopped while the task is still deferred: its job goes on")
+    except Exception:  # the cancel must not be lost to a failed cleanup; the janitor stops what is left
+        trigger.log.exception("cancelling the job of a killed task failed")

@@ -78,7 +78,10 @@ class LocalProcessTrigger(SettlingTrigger):
         if not self.cancel_on_kill:
             self.log.info("task killed: cancel_on_kill is False, so process group %d goes on", self.pid)
         elif is_gpuflow_process(self.pid):
+            # Said first: on Airflow 3.1 this runs in the cancelled trigger's cleanup, which a second cancel may cut
+            # short; the thread's SIGTERM (sent at once) goes on regardless.
+            self.log.info("task killed: stopping process group %d", self.pid)
             await asyncio.to_thread(stop_process_group, self.pid)
-            self.log.info("task killed: stopped process group %d", self.pid)
+            self.log.info("process group %d stopped", self.pid)
         else:  # the run's cleanup, which a killed task lets start at once, may have stopped it first
             self.log.info("task killed: process %d had already ended", self.pid)
