@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from gpuflow.operators.airflow_names import AirflowFailException
 from gpuflow.operators.base import config_from_params, fail_on_errors
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class GpuQuotaReportOperator(BaseOperator):
         from gpuflow.preflight.access_rules import access_findings
 
         probe = get_platform(config).access_probe()
-        if probe is None:  # the local profile: no project to read
-            return
+        if probe is None:  # a quota-reading platform with no project to read: nothing checked is not "ok"
+            raise AirflowFailException(f"access for the quota report: not checked (the {config.profile} profile's "
+                                       "platform reads no Google Cloud project). Fix: use the gcp profile.")
         fail_on_errors(access_findings(config, "quota_report", probe), "access for the quota report")
