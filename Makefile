@@ -45,6 +45,7 @@ demo: venv ## the streaming LLM DAG on the local profile: prompts, answers and l
 	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)/airflow
 	export AIRFLOW_HOME=$(DEMO_HOME)/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
 	  AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False GPUFLOW_TRIGGER_SETTLE_S=0 \
+	  AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=True \
 	  GPUFLOW_SITE_DIR=$(DEMO_HOME)/no-site; \
 	$(BIN)/airflow db migrate > $(DEMO_HOME)/db-migrate.log 2>&1; \
 	echo "running llm_streaming_inference on the local profile (a few minutes; full log: $(DEMO_HOME)/dags-test.log)"; \

@@ -25,6 +25,9 @@ os.environ.update(
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        # gpuflow's waiting tasks defer, as on a Composer environment that sets it (docs/composer.md); the
+        # deferrable=False tests set False where they build their DAGs.
+        "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         # dag.test() runs triggers in line, with no scheduler to race (gpuflow.triggers.settle); the live Airflow
         # test drops it again, so its triggerer holds events as in production.
         "GPUFLOW_TRIGGER_SETTLE_S": "0",

@@ -51,4 +51,4 @@ class QuickJobOperator(JobWaitingOperator):
 with DAG(dag_id="quick_deferrals", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
          catchup=False, max_active_runs=4, default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=5)}):
     for number in range(TASKS):
-        QuickJobOperator(task_id=f"quick_{number}", execution_timeout=pendulum.duration(minutes=15))
+        QuickJobOperator(task_id=f"quick_{number}", deferrable=True, execution_timeout=pendulum.duration(minutes=15))

@@ -63,6 +63,7 @@ class FakeCloudBuild:
     def cancel_build(self, request):
         assert isinstance(request, cloudbuild_v1.CancelBuildRequest)
         self.requests.append(("cancel_build", request))
+        self.statuses = [cloudbuild_v1.Build.Status.CANCELLED]
 
 
 class FakeArtifactRegistry:

@@ -76,7 +76,9 @@ class FakeVertex:
         self.requests.append(("get_custom_job", request))
         self.polls += 1
         states = aiplatform_v1.JobState
-        if self.polls <= self.running_polls:
+        if any(name == "cancel_custom_job" and r.name == request.name for name, r in self.requests):
+            state = states.JOB_STATE_CANCELLED  # "the job's state is set to CANCELLED" once it stops (JobService)
+        elif self.polls <= self.running_polls:
             state = states.JOB_STATE_RUNNING
         else:
             state = states.JOB_STATE_FAILED if self.fail_with else states.JOB_STATE_SUCCEEDED

@@ -108,9 +108,15 @@ def gcp_conf():
                                        **{"dataproc.poll_interval_s": 0.1, "limits.min_poll_interval_s": 0.1})}
 
 
-def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db, gcp_dataproc):
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "waiting-in-worker"])
+def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db, gcp_dataproc, monkeypatch,
+                                                                     deferrable):
+    """Deferred or waiting in its worker slot (``[operators] default_deferrable``), the same request and result."""
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", str(deferrable))
     fake = gcp_dataproc(dataproc_v1.Batch.State.SUCCEEDED)
-    run = dataproc_dag().test(run_conf=gcp_conf())
+    dag = dataproc_dag()
+    assert dag.task_dict["batch"].deferrable is deferrable
+    run = dag.test(run_conf=gcp_conf())
     assert run.state == DagRunState.SUCCESS, states(run)
     assert batch_result(run)["accelerator_count"] == 2
     (request,) = fake.created

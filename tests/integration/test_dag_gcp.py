@@ -93,12 +93,26 @@ def leftovers(run):
 NOTHING_LEFT = {"topics": [], "subscriptions": [], "buckets": [], "objects": []}
 
 
-def test_success_exports_builds_checks_launches_answers_and_cleans_up(dag, cloud, create_calls, monkeypatch):
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "waiting-in-worker"])
+def test_success_exports_builds_checks_launches_answers_and_cleans_up(airflow_db, cloud, create_calls, monkeypatch,
+                                                                      deferrable):
+    """Deferred or waiting in their worker slots (``[operators] default_deferrable``, read as the DAG is parsed),
+    the tasks send the same job requests and give the same results: the same checks hold for both."""
+    from gpuflow.operators.base import JobWaitingOperator
     from tests.task_trace import TaskFileTrace
 
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", str(deferrable))
+    dag = dag_bag().dags[DAG_ID]
+    deferred = []
+    defer = JobWaitingOperator.defer
+    monkeypatch.setattr(JobWaitingOperator, "defer", lambda self, **kwargs: (deferred.append(self.task_id),
+                                                                             defer(self, **kwargs)))
     trace = TaskFileTrace().install(monkeypatch)
     run = dag.test(run_conf=CONF)
     assert run.state == DagRunState.SUCCESS, task_states(run)
+    # Each job wait deferred (the tests' worker hold is 0: gpuflow.triggers.settle), or none did.
+    assert sorted(set(deferred)) == (["build_container", "cleanup", "export_model", "launch", "smoke_test",
+                                      "verify_gpu"] if deferrable else [])
     # docs/architecture.md's task table names every file each task ran code in (its triggers' too), shared helpers
     # aside: a newcomer who opens the row's files follows the task to its Google calls.
     assert trace.unnamed(DAG_ID) == {}

@@ -21,7 +21,7 @@ class SleepOperator(JobWaitingOperator):
     """Starts ``sleep job_s`` and waits for it the way every gpuflow step does."""
 
     def __init__(self, *, job_s: float, log_path: Path, wait_first: bool = True, **kwargs: Any):
-        super().__init__(task_id="sleep", **kwargs)
+        super().__init__(task_id="sleep", deferrable=True, **kwargs)
         self.job_s, self.log_path, self.wait_first, self.pid = job_s, log_path, wait_first, 0
 
     def execute(self, context: Any) -> Any:

@@ -55,3 +55,14 @@ def test_every_argument_an_operator_takes_is_one_it_reads(cls):
 def test_an_argument_an_operator_would_ignore_is_refused(cls, argument):
     with pytest.raises(TypeError, match="Invalid arguments"):
         cls(task_id="t", **argument)
+
+
+@pytest.mark.parametrize("site", ["True", "False"])
+def test_deferrable_defaults_to_airflows_operators_default_deferrable(monkeypatch, site):
+    """As the provider's operators: the site's ``[operators] default_deferrable`` unless the DAG says."""
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", site)
+    waiting = [cls for cls in OPERATORS if "deferrable" in own_arguments(cls)]
+    assert len(waiting) >= 10, [cls.__name__ for cls in waiting]
+    for cls in waiting:
+        assert cls(task_id="t").deferrable is (site == "True"), cls.__name__
+        assert cls(task_id="t", deferrable=site != "True").deferrable is (site != "True"), cls.__name__

@@ -84,10 +84,19 @@ def validated_config(config: GpuflowConfig, context: Any, workflow: str, what: s
     gpu_pool = (GPU_POOL, lambda name: pool_state(composer, name)) if composer else None
     findings = run_preflight(config, workflow=workflow, zones_offering=platform.zones_offering,
                              access=platform.access_probe(), gpu_pool=gpu_pool,
-                             composer_environment=environment_facts(composer) if composer else None)
+                             composer_environment={**environment_facts(composer), **task_deferrals(context["dag"])}
+                             if composer else None)
     fail_on_errors(findings, f"preflight of {what}")
     dumped: dict[str, Any] = config.model_dump(mode="json")
     return dumped
+
+
+def task_deferrals(dag: Any) -> dict[str, list[str]]:
+    """Which of the DAG's tasks defer while their jobs run, and which wait in their worker slots: each task's
+    ``deferrable`` as parsed (gpuflow's waiting operators and the provider's have one)."""
+    waiting = [task for task in dag.tasks if isinstance(getattr(task, "deferrable", None), bool)]
+    return {"deferring_tasks": sorted(task.task_id for task in waiting if task.deferrable),
+            "worker_waiting_tasks": sorted(task.task_id for task in waiting if not task.deferrable)}
 
 
 def fail_on_errors(findings: list[Finding], what: str) -> None:
@@ -250,9 +259,10 @@ class JobWaitingOperator(GpuflowStepOperator):
     local pipeline process) works.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
-    :param deferrable: defer while a job runs (the default: the triggerer waits, the worker slot is free). False:
-        the task waits in its worker slot, with the same trigger, then goes on as it would after the deferral; for
-        an Airflow without a triggerer. Its execution_timeout already covers the wait.
+    :param deferrable: defer while a job runs: the triggerer waits, the worker slot is free. False: the task waits
+        in its worker slot, with the same trigger, then goes on as it would after the deferral; for an Airflow
+        without a triggerer. Its execution_timeout already covers the wait. None (the default): Airflow's
+        ``[operators] default_deferrable``, read when the DAG is parsed, as the provider's operators read it.
     :param poll_interval: seconds between a job trigger's polls of the job; None: ``dataflow.poll_interval_s``.
     :param cancel_on_kill: stop the task's job when the task is killed (the default), deferred or not. False: a
         killed task leaves its job running; the run's cleanup task, or the janitor, stops it later.
@@ -261,9 +271,13 @@ class JobWaitingOperator(GpuflowStepOperator):
     _platform: Any = None
     _job: Any = None  # the job this task started and still runs in its process: on_kill stops it
 
-    def __init__(self, *, deferrable: bool = True, poll_interval: float | None = None, cancel_on_kill: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, deferrable: bool | None = None, poll_interval: float | None = None,
+                 cancel_on_kill: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if deferrable is None:  # read here, not in the signature: a site's setting after this module's import counts
+            from airflow.providers.common.compat.sdk import conf
+
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
         self.deferrable, self.poll_interval, self.cancel_on_kill = deferrable, poll_interval, cancel_on_kill
 
     def execute(self, context: Any) -> Any:
