@@ -1,5 +1,5 @@
 """quick_deferrals: tasks whose jobs end just after the task defers, the moment Airflow's defer-exit race needs
-(``gpuflow.triggers.settle``). Each task waits as every gpuflow task does (``JobWaitingOperator.defer_or_wait``):
+(``gpuflow.triggers.settle``). Each task waits as every gpuflow task does (``JobWaitingOperator.wait_for``):
 up to ``HOLD_S`` in its worker, then deferred to a ``LocalProcessTrigger``; its job ends ``job_s`` (the run's conf)
 after that. For tests/integration/test_airflow_live.py and benchmarks/defer_race.py; not one of gpuflow's DAGs (it lives
 outside dags/, a DAG bundle of its own)."""
@@ -21,9 +21,6 @@ class QuickJobOperator(JobWaitingOperator):
     """Starts a ``sleep`` that outlasts the worker's short wait by ``job_s``, and waits for it."""
 
     def execute(self, context: Any) -> Any:
-        return self.waiting_in_worker(context, lambda: self._start(context))
-
-    def _start(self, context: Any) -> None:
         import os
         from pathlib import Path
 
@@ -36,10 +33,10 @@ class QuickJobOperator(JobWaitingOperator):
         folder.mkdir(exist_ok=True)
         log_path = folder / f"{context['run_id']}-{self.task_id}.log".replace(":", "_").replace("+", "_")
         pid = spawn_logged(["sleep", str(HOLD_S + job_s)], log_path)
-        self.defer_or_wait(LocalProcessTrigger(pid=pid, log_path=str(log_path), until="done", timeout_s=600,
-                                               poll_interval_s=0.1), 600)
+        return self.wait_for(context, LocalProcessTrigger(pid=pid, log_path=str(log_path), until="done",
+                                                          timeout_s=600, poll_interval_s=0.1), 600)
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         from gpuflow.operators.airflow_names import AirflowException
         from gpuflow.operators.base import event_succeeded
 

@@ -39,7 +39,8 @@ def test_on_kill_stops_the_pipeline_process(local_config, emulators):
             pid = int(handle["id"])
             trigger = deferred.value.trigger
             assert (type(trigger).__name__, trigger.pid, trigger.until) == ("LocalProcessTrigger", pid, "running")
-            assert deferred.value.method_name == "execute_complete" and ti.pushed["gpuflow_resume"]["handle"] == handle
+            # execute_complete gets the handle back in the trigger's event (its carried), not through an XCom
+            assert deferred.value.method_name == "execute_complete" and trigger.carried["handle"] == handle
             assert process_alive(pid)
             operator.on_kill()
             deadline = time.monotonic() + 15

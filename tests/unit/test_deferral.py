@@ -1,6 +1,6 @@
 """Airflow's defer-exit race kept out (gpuflow.triggers.settle): a job done within the hold completes in execute,
 without deferring; a longer one defers, its job still running; a start-up wait defers at once. The operators'
-own defer_or_wait, with a real local process and the real LocalProcessTrigger."""
+own wait_for, with a real local process and the real LocalProcessTrigger."""
 
 import sys
 import time
@@ -25,15 +25,12 @@ class SleepOperator(JobWaitingOperator):
         self.job_s, self.log_path, self.wait_first, self.pid = job_s, log_path, wait_first, 0
 
     def execute(self, context: Any) -> Any:
-        return self.waiting_in_worker(context, self._start)
-
-    def _start(self) -> None:
         self.pid = spawn_logged([sys.executable, "-c", f"import time; time.sleep({self.job_s})"], self.log_path)
         trigger = LocalProcessTrigger(pid=self.pid, log_path=str(self.log_path), until="done", timeout_s=60,
                                       poll_interval_s=0.05)
-        self.defer_or_wait(trigger, 60, self.wait_first)
+        return self.wait_for(context, trigger, 60, self.wait_first)
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         return event
 
 

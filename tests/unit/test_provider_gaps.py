@@ -142,3 +142,47 @@ def test_the_providers_link_classes_load_hundreds_of_modules():
         return
     assert loaded > 200, (f"provider {PROVIDER}: its link base loads {loaded} modules now; operators/links.py can "
                           "use BaseGoogleLink subclasses")
+
+
+def hook(module: str, name: str) -> type:
+    return getattr(importlib.import_module(f"airflow.providers.google.cloud.hooks.{module}"), name)
+
+
+#: (the hook, its synchronous wait): what a task with ``deferrable=False`` would wait through. None of them ends the
+#: wait at a bound of its own and cancels the job, as gpuflow's triggers do, so such a task waits for the same
+#: trigger in its worker (``JobWaitingOperator.wait_for``, operators/base.py).
+SYNC_WAITS = [("vertex_ai.custom_job", "CustomJobHook", "wait_for_custom_job"),
+              ("dataproc", "DataprocHook", "wait_for_batch"),
+              ("dataflow", "DataflowHook", "wait_for_done")]
+
+
+@pytest.mark.parametrize(("module", "name", "method"), SYNC_WAITS, ids=[method for _, _, method in SYNC_WAITS])
+def test_the_hooks_synchronous_waits_have_no_bound_of_their_own_and_cancel_nothing(module, name, method):
+    import re
+
+    wait = getattr(hook(module, name), method, None)
+    if wait is None:  # Composer's floor provider (22.2.0) has no such wait at all
+        assert method == "wait_for_custom_job", f"provider {PROVIDER}: {name}.{method} is gone"
+        return
+    sources = [inspect.getsource(wait)]
+    if method == "wait_for_done":  # the hook's wait is its jobs controller's, which reads job states only
+        controller = importlib.import_module(wait.__module__)._DataflowJobsController
+        sources += [inspect.getsource(controller.wait_for_done),
+                    inspect.getsource(controller.job_reached_terminal_state)]
+        assert not [source for source in sources[1:] if "message" in source or "autoscal" in source.lower()], (
+            f"provider {PROVIDER}: the Dataflow hook's wait reads job messages now")
+    # ``timeout`` is each request's own; a cancel_timeout bounds a cancel someone else asks for
+    bounds = {p for p in parameters(wait) if "timeout" in p} - {"timeout"}
+    cancels = [found for source in sources for found in re.findall(r"\.cancel\w*\(", source)]
+    assert bounds == set() and cancels == [], (
+        f"provider {PROVIDER}: {name}.{method} bounds its wait ({bounds}) or cancels ({cancels}) now; "
+        "operators/base.py (wait_for) claims it does neither")
+
+
+def test_the_cloud_build_hook_cannot_wait_on_a_build_by_its_id():
+    """A retry finds an earlier try's build by its tag and has its id only, not the create operation that
+    CloudBuildHook.wait_for_operation waits on; the hook has no wait by build id."""
+    cloud_build = hook("cloud_build", "CloudBuildHook")
+    waits = sorted(name for name in vars(cloud_build) if name.startswith("wait"))
+    assert all("operation" in parameters(getattr(cloud_build, name)) for name in waits), (
+        f"provider {PROVIDER}: CloudBuildHook has {waits}; operators/base.py (wait_for) claims no wait by build id")

@@ -7,7 +7,6 @@ inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports 
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -161,17 +160,12 @@ def rollout_plan(context: Any, config: GpuflowConfig, names: ResourceNames, conn
     return plan
 
 
-#: The XCom that carries a deferred step's state (its job handle and what ``defer_on`` was given) to
-#: ``execute_complete``.
-RESUME_KEY = "gpuflow_resume"
-
-
-#: How long after a trigger's own timeout Airflow's deferral timeout fails the task (``defer_with``).
+#: How long after a trigger's own timeout Airflow's deferral timeout fails the task (``wait_for``).
 DEFERRAL_BACKSTOP_S = 300
 
 
 def deferral_timeout(timeout_s: float) -> timedelta:
-    """Airflow's deferral timeout for a trigger that ends its own wait after ``timeout_s`` (see ``defer_with``)."""
+    """Airflow's deferral timeout for a trigger that ends its own wait after ``timeout_s`` (see ``wait_for``)."""
     from datetime import timedelta
 
     return timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S)
@@ -180,15 +174,6 @@ def deferral_timeout(timeout_s: float) -> timedelta:
 def event_succeeded(event: dict[str, Any] | None) -> bool:
     """A trigger's event says its job got where the task waited for (gpuflow's triggers and the provider's)."""
     return event is not None and event.get("status") == "success"
-
-
-class WaitInWorker(Exception):
-    """Raised where the step would defer, so that ``execute`` goes on in the worker: with the trigger's ``event``
-    when the job answered within the task's short wait, else (``deferrable=False``) after waiting for it."""
-
-    def __init__(self, trigger: Any, timeout_s: float, event: dict[str, Any] | None = None):
-        super().__init__(f"wait in the worker for {type(trigger).__name__}")
-        self.trigger, self.timeout_s, self.event = trigger, timeout_s, event
 
 
 class GpuflowStepOperator(BaseOperator):
@@ -254,9 +239,10 @@ class GpuflowStepOperator(BaseOperator):
 
 
 class JobWaitingOperator(GpuflowStepOperator):
-    """A step that starts a job, or waits on one, defers (``defer_on``) and goes on in ``execute_complete_step``
-    when the trigger fires (Airflow calls ``execute_complete``), so that no worker slot is held while Google (or the
-    local pipeline process) works.
+    """A step that starts a job, or waits on one: its ``execute_step`` starts the job, remembers it for ``on_kill``,
+    pushes its link, then waits (``defer_on``, ``wait_for``): deferred, Airflow calls ``execute_complete`` with the
+    trigger's event, and no worker slot is held while Google (or the local pipeline process) works. What the step
+    needs then comes back in the event (the trigger's ``carried``), and ``execute_complete_step`` goes on.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     :param deferrable: defer while a job runs: the triggerer waits, the worker slot is free. False: the task waits
@@ -280,40 +266,20 @@ class JobWaitingOperator(GpuflowStepOperator):
             deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
         self.deferrable, self.poll_interval, self.cancel_on_kill = deferrable, poll_interval, cancel_on_kill
 
-    def execute(self, context: Any) -> Any:
-        return self.waiting_in_worker(context, lambda: self._in_platform(context, self.execute_step))
-
-    def waiting_in_worker(self, context: Any, step: Any) -> Any:
-        """Run ``step``; with ``deferrable=False``, each wait it would defer to is waited for here (the trigger's
-        first event), then the task goes on in ``execute_complete``, as Airflow would call it after a deferral."""
-        while True:
-            try:
-                return step()
-            except WaitInWorker as wait:
-                event = wait.event if wait.event is not None else self.wait_for_event(wait.trigger, wait.timeout_s)
-                step = functools.partial(self.execute_complete, context, event)
-
-    @staticmethod
-    def wait_for_event(trigger: Any, timeout_s: float) -> dict[str, Any]:
-        """``deferrable=False``: the trigger's event, waited for in this worker (``timeout_s``: Airflow's deferral
-        timeout, the backstop above the trigger's own)."""
-        from gpuflow.triggers import event_in_worker
-
-        log.info("deferrable=False: waiting in the worker for %s (up to %.0fs)", type(trigger).__name__, timeout_s)
-        try:
-            return event_in_worker(trigger, timeout_s)
-        except TimeoutError:
-            raise AirflowException(f"{type(trigger).__name__} gave no event within {timeout_s:.0f}s") from None
-
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-        """Where a deferred step goes on: the trigger's event, and what ``defer_on`` carried over (in XCom: Airflow
-        keeps a task's XComs across a deferral, while ``dag.test`` drops the defer kwargs once an event arrives)."""
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Where the step goes on after its wait: the trigger's event, and what the step carried through the wait
+        (the event's ``carried``, echoed by the trigger) as ``execute_complete_step``'s keyword arguments."""
         from gpuflow.platform import JobHandle
 
-        carried = {**(context["ti"].xcom_pull(task_ids=self.task_id, key=RESUME_KEY) or {}), **kwargs}
+        event = dict(event or {})
+        carried = dict(event.pop("carried", None) or {})
         if carried.get("handle"):  # defer_on's job handle, back from its JSON form
             carried["handle"] = JobHandle.model_validate(carried["handle"])
-        return self._in_platform(context, self.execute_complete_step, event=event or {}, **carried)
+        return self._in_platform(context, self.execute_complete_step, event=event, **carried)
+
+    #: Where a step goes on after its wait: (config, names, platform, context, event, **what it carried), each
+    #: operator naming what it carries as keyword-only parameters.
+    execute_complete_step: Callable[..., Any]
 
     def remember_job(self, platform: Platform, handle: JobHandle) -> None:
         """The job this task just started: ``on_kill`` stops it until the task defers (then the trigger's does)."""
@@ -328,25 +294,21 @@ class JobWaitingOperator(GpuflowStepOperator):
         """How this step stops its job on kill: a Dataflow job or pipeline process by default."""
         platform.stop_pipeline(handle)
 
-    def defer_on_started_job(self, context: Any, config: GpuflowConfig, platform: Platform, result: dict[str, Any], link: Any,
-                             timeout_s: float) -> None:
-        """A step's result whose ``job`` is still running remotely (the export, the build): remember it, push its
-        console link (``link.source_key``), and defer until it is done; a result without one returns at once."""
+    def wait_on_started_job(self, context: Any, config: GpuflowConfig, platform: Platform, job: dict[str, Any],
+                            link: Any, timeout_s: float, **carried: Any) -> Any:
+        """A job the step has just started remotely (the export, the build): remember it, push its console link
+        (``link.source_key``), and wait until it is done."""
         from gpuflow.platform import JobHandle
 
-        job = result.pop("job", None)
-        if not job:
-            return
         handle = JobHandle.model_validate(job)
         self.remember_job(platform, handle)
         context["ti"].xcom_push(key=link.source_key, value=handle.url)
-        self.defer_on(context, config, platform, handle, "done", timeout_s, result=result)
+        return self.defer_on(context, config, platform, handle, "done", timeout_s, **carried)
 
     def defer_on(self, context: Any, config: GpuflowConfig, platform: Platform, handle: JobHandle, until: str,
-                 timeout_s: float | None = None,
-                 **carry: Any) -> None:
-        """Give the worker slot back until the job of ``handle`` reaches ``until``; ``execute_complete_step`` gets
-        ``carry``."""
+                 timeout_s: float | None = None, **carried: Any) -> Any:
+        """Wait until the job of ``handle`` reaches ``until`` (running, done or stopped); ``execute_complete_step``
+        then gets the trigger's event, the handle and ``carried``."""
         from gpuflow.triggers import job_trigger
 
         seconds = timeout_s if timeout_s is not None else platform.job_timeout_s(until)
@@ -356,17 +318,15 @@ class JobWaitingOperator(GpuflowStepOperator):
         log.info("%s until %s %s is %s (up to %.0fs)", "waiting" if wait_first else "deferring", handle.kind,
                  handle.name, until, seconds)
         trigger = job_trigger(config, handle, until, seconds, poll_interval_s=self.poll_interval,
-                              cancel_on_kill=self.cancel_on_kill)
-        self.defer_with(context, trigger, seconds, wait_first=wait_first, handle=handle.to_xcom(), **carry)
+                              cancel_on_kill=self.cancel_on_kill, carried={"handle": handle.to_xcom(), **carried})
+        return self.wait_for(context, trigger, seconds, wait_first=wait_first)
 
-    def defer_with(self, context: Any, trigger: Any, timeout_s: float, wait_first: bool = True, **carry: Any) -> None:
-        """Defer to ``trigger``; ``execute_complete_step`` gets its event and ``carry`` (kept in the task's XCom)."""
-        context["ti"].xcom_push(key=RESUME_KEY, value=carry)
-        self.defer_or_wait(trigger, timeout_s, wait_first)
-
-    def defer_or_wait(self, trigger: Any, timeout_s: float, wait_first: bool = True) -> None:
-        """Defer to ``trigger`` (or, ``deferrable=False``, wait for it in ``waiting_in_worker``); Airflow then calls
-        ``execute_complete`` with its event.
+    def wait_for(self, context: Any, trigger: Any, timeout_s: float, wait_first: bool = True) -> Any:
+        """Defer to ``trigger``: Airflow calls ``execute_complete`` with its event. With ``deferrable=False``, the
+        same trigger is waited for in this worker and ``execute_complete`` is called here: not the hooks' synchronous
+        waits, which neither end at a bound of their own nor cancel the job, and on Dataflow read job states only (no
+        workers-started check, no zone-exhaustion fail-fast); Cloud Build's has no wait by build id
+        (tests/unit/test_provider_gaps.py). So both modes send the same requests and end the same way.
 
         ``wait_first``: wait up to ``HOLD_S`` for the event in this worker first, and go on without deferring when it
         comes: a job done within seconds (a GPU check, a stop) never defers, so it never meets Airflow's defer-exit
@@ -376,17 +336,31 @@ class JobWaitingOperator(GpuflowStepOperator):
         # - the trigger's own timeout (``timeout_s``) ends the wait with the reason, and cancels the job it waited
         #   on: when Airflow's trigger timeout fires instead, the triggerer cancels the trigger "without calling
         #   on_kill()" (airflow/jobs/triggerer_job_runner.py), which would leave the job billing;
-        # - ``defer(timeout=…)``, DEFERRAL_BACKSTOP_S later, for a trigger that never answers (a triggerer gone for good). It is
-        #   the only bound Airflow keeps while a task is deferred: the execution API does not apply the task's
-        #   execution_timeout to a deferral (its "TODO: HANDLE execution timeout later", routes/task_instances.py).
+        # - ``defer(timeout=…)``, DEFERRAL_BACKSTOP_S later, for a trigger that never answers (a triggerer gone for
+        #   good). It is the only bound Airflow keeps while a task is deferred: the execution API does not apply the
+        #   task's execution_timeout to a deferral (its "TODO: HANDLE execution timeout later",
+        #   routes/task_instances.py).
         # execution_timeout (gpuflow.runs.task_timeouts) bounds the task's running parts, before and after the wait
         # (and the wait too, where the task waits in its worker: deferrable=False).
         if not self.deferrable:
-            raise WaitInWorker(trigger, deferral_timeout(timeout_s).total_seconds())
+            return self.execute_complete(context, self.wait_for_event(trigger, deferral_timeout(timeout_s)))
         event = self.event_within_hold(trigger) if wait_first else None
         if event is not None:
-            raise WaitInWorker(trigger, 0, event=event)
+            return self.execute_complete(context, event)
         self.defer(trigger=trigger, method_name="execute_complete", timeout=deferral_timeout(timeout_s))
+
+    @staticmethod
+    def wait_for_event(trigger: Any, timeout: timedelta) -> dict[str, Any]:
+        """``deferrable=False``: the trigger's event, waited for in this worker (``timeout``: Airflow's deferral
+        timeout, the backstop above the trigger's own)."""
+        from gpuflow.triggers import event_in_worker
+
+        seconds = timeout.total_seconds()
+        log.info("deferrable=False: waiting in the worker for %s (up to %.0fs)", type(trigger).__name__, seconds)
+        try:
+            return event_in_worker(trigger, seconds)
+        except TimeoutError:
+            raise AirflowException(f"{type(trigger).__name__} gave no event within {seconds:.0f}s") from None
 
     @staticmethod
     def event_within_hold(trigger: Any) -> dict[str, Any] | None:
@@ -403,7 +377,3 @@ class JobWaitingOperator(GpuflowStepOperator):
         log.info("%s answered within %.0fs: going on in this worker, without deferring", type(trigger).__name__,
                  HOLD_S)
         return event
-
-    #: Where a step goes on after its deferral: (config, names, platform, context, event, **what ``defer_on`` or
-    #: ``defer_with`` carried), each operator naming what it carries as keyword-only parameters.
-    execute_complete_step: Callable[..., Any]

@@ -78,11 +78,11 @@ class WaitForInputOperator(JobWaitingOperator):
 
             log.info("no file matches %s yet: waiting up to %.0fs (checking every %.0fs)", config.batch.input,
                      config.batch.input_wait_s, config.batch.input_poll_interval_s)
-            self.defer_with(context, input_trigger(config), config.batch.input_wait_s)
+            return self.wait_for(context, input_trigger(config), config.batch.input_wait_s)
         return self._missing(config, f"{config.batch.input} matches no file")
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
-                              event: dict[str, Any], **carry: Any) -> Any:
+                              event: dict[str, Any]) -> Any:
         from gpuflow.steps.batch import find_input
 
         files = find_input(config, platform.conn_id)

@@ -69,9 +69,6 @@ class DataprocBatchOperator(JobWaitingOperator):
     _operation_name = None
 
     def execute(self, context: Any) -> Any:
-        return self.waiting_in_worker(context, lambda: self._run_batch(context))
-
-    def _run_batch(self, context: Any) -> Any:
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.platform.console import dataproc_batch_url
         from gpuflow.steps.dataproc_batch import create_gcp_batch, run_local_batch
@@ -97,9 +94,9 @@ class DataprocBatchOperator(JobWaitingOperator):
             polling_interval_seconds=self.poll_interval if self.poll_interval is not None
             else dataproc.poll_interval_s,
             timeout_s=dataproc.timeout_s, cancel_on_kill=self.cancel_on_kill)
-        self.defer_or_wait(trigger, dataproc.timeout_s)  # execute_complete gets its event
+        return self.wait_for(context, trigger, dataproc.timeout_s)  # execute_complete gets its event
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         from gpuflow.dataproc.serverless import batch_id_for
         from gpuflow.steps.dataproc_batch import BatchFailed, finished_gcp_batch
 

@@ -59,7 +59,7 @@ class PromoteOperator(JobWaitingOperator):
                   "model_version": names.model_version, "job": handle.to_xcom()}
         draining = promote(config, names, platform, rollout, handle, _image_of(self.image), context["run_id"])
         if draining is not None and draining.kind == "dataflow":
-            self.defer_on(context, config, platform, draining, "stopped", result=result)
+            return self.defer_on(context, config, platform, draining, "stopped", result=result)
         return {**result, "replaced": draining.to_xcom() if draining else None,
                 "deleted_subscriptions": after_replaced_job(config, names, platform, rollout)}
 

@@ -11,7 +11,6 @@ from airflow.sdk import Asset, BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import (
-    RESUME_KEY,
     ROLLOUT_KEY,
     GpuflowStepOperator,
     JobWaitingOperator,
@@ -177,7 +176,10 @@ class ExportModelOperator(JobWaitingOperator):
         from gpuflow.steps.export import export_model
 
         result = export_model(config, names, platform)
-        self.defer_on_started_job(context, config, platform, result, VertexAIConsoleLink, config.export.timeout_s)
+        job = result.pop("job", None)
+        if job:  # gcp: a Vertex AI custom job runs it
+            return self.wait_on_started_job(context, config, platform, job, VertexAIConsoleLink,
+                                            config.export.timeout_s, result=result)
         return self._exported(config, context, result)
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
@@ -222,7 +224,10 @@ class BuildContainerOperator(JobWaitingOperator):
         from gpuflow.steps.container import build_container
 
         result = build_container(config, names, platform)
-        self.defer_on_started_job(context, config, platform, result, CloudBuildConsoleLink, config.container.build_timeout_s)
+        job = result.pop("job", None)
+        if job:  # gcp: Cloud Build builds it
+            return self.wait_on_started_job(context, config, platform, job, CloudBuildConsoleLink,
+                                            config.container.build_timeout_s, result=result)
         return result
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
@@ -279,7 +284,7 @@ class VerifyGpuOperator(JobWaitingOperator):
         else:
             handle = platform.start_gpu_check(names, _image_of(self.image))
         self.remember_job(platform, handle)
-        self.defer_on(context, config, platform, handle, "done")
+        return self.defer_on(context, config, platform, handle, "done")
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
                               event: dict[str, Any], *, handle: JobHandle) -> Any:
@@ -343,7 +348,8 @@ class LaunchPipelineOperator(JobWaitingOperator):
         handle = update_in_place(config, names, platform, _image_of(self.image), rollout)
         self.remember_job(platform, handle)
         context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
-        self.defer_on(context, config, platform, handle, "running", placement=1, failures=[], started=time.time())
+        return self.defer_on(context, config, platform, handle, "running", placement=1, failures=[],
+                             started=time.time())
 
     def _start(self, config: GpuflowConfig, names: ResourceNames, context: Any, after: int, failures: list[str]) -> Any:
         from gpuflow.platform import get_platform
@@ -361,8 +367,8 @@ class LaunchPipelineOperator(JobWaitingOperator):
         context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
         until, timeout_s = ("done", platform.job_timeout_s("running") + config.batch.job_timeout_s) if self.batch \
             else ("running", None)
-        self.defer_on(context, placement.config, platform, handle, until, timeout_s, placement=placement.number,
-                      failures=failures, started=time.time())
+        return self.defer_on(context, placement.config, platform, handle, until, timeout_s,
+                             placement=placement.number, failures=failures, started=time.time())
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
                               event: dict[str, Any], *, handle: JobHandle, placement: int, failures: list[str],
@@ -400,7 +406,7 @@ class GpuUsageCheck(JobWaitingOperator):
         self.launch_task_id = launch_task_id
 
     def check_usage(self, context: Any, config: GpuflowConfig, platform: Platform, handle: JobHandle | None, window: list[float],
-                    result: dict[str, Any]) -> dict[str, Any]:
+                    result: dict[str, Any]) -> Any:
         usage: dict[str, Any] | None
         if not config.uses_gpu:
             usage = {"source": "none", "note": "gpu.type none: CPU workers, no GPU to check"}
@@ -410,8 +416,9 @@ class GpuUsageCheck(JobWaitingOperator):
             from gpuflow.triggers.monitoring import gpu_usage_trigger
 
             started, ended = window
-            self.defer_with(context, gpu_usage_trigger(config, handle.id, started, ended),
-                            config.smoke_test.gpu_usage_timeout_s, result=result)
+            return self.wait_for(context, gpu_usage_trigger(config, handle.id, started, ended,
+                                                            carried={"result": result}),
+                                 config.smoke_test.gpu_usage_timeout_s)
         return self._checked(config, result, usage or {"source": "cloud-monitoring",
                                                        "note": f"no Dataflow job handle ({self.launch_task_id} "
                                                                "pushed none)"})
@@ -429,6 +436,11 @@ class GpuUsageCheck(JobWaitingOperator):
         except NoGpuUsage as error:
             raise AirflowFailException(str(error)) from None
         return {**result, "gpu_usage": usage}
+
+
+#: The smoke test's XCom of its round (``SmokeRound``: the prompts sent, the answers and dead letters received so
+#: far), pushed before what was received is acknowledged: the answers are never only in Pub/Sub's hands or lost.
+SMOKE_ANSWERS_KEY = "smoke_answers"
 
 
 class SmokeTestOperator(GpuUsageCheck):
@@ -452,15 +464,15 @@ class SmokeTestOperator(GpuUsageCheck):
         rollout = rollout_plan(context, config, names, platform.conn_id)
         state = start_smoke_test(config, names, platform.conn_id,
                                  expect_version=names.model_version if rollout is not None else None)
-        self._wait_for_answers(context, config, names, state)
+        return self._wait_for_answers(context, config, names, state)
 
-    def _wait_for_answers(self, context: Any, config: GpuflowConfig, names: ResourceNames, state: SmokeRound) -> None:
+    def _wait_for_answers(self, context: Any, config: GpuflowConfig, names: ResourceNames, state: SmokeRound) -> Any:
         from gpuflow.triggers.answers import smoke_answers_trigger
 
         # Straight to the trigger: a streaming job's first answers wait for its first batch, and what the trigger
         # pulls it hands on unacknowledged (a worker's short wait would leave them out until their ack deadline).
-        self.defer_with(context, smoke_answers_trigger(config, names, state), max(0.0, state.deadline - time.time()),
-                        wait_first=False, smoke=state.model_dump(mode="json"))
+        trigger = smoke_answers_trigger(config, names, state, carried={"smoke": state.model_dump(mode="json")})
+        return self.wait_for(context, trigger, max(0.0, state.deadline - time.time()), wait_first=False)
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
                               event: dict[str, Any], *, smoke: dict[str, Any] | None = None, **carry: Any) -> Any:
@@ -480,14 +492,14 @@ class SmokeTestOperator(GpuUsageCheck):
         state = SmokeRound.model_validate(smoke)
         acks = record_answers(state, event)
         # Kept first (the task's XCom), acknowledged second: a triggerer that died before this point lost nothing.
-        context["ti"].xcom_push(key=RESUME_KEY, value={"smoke": state.model_dump(mode="json")})
+        context["ti"].xcom_push(key=SMOKE_ANSWERS_KEY, value=state.model_dump(mode="json"))
         acknowledge(config, platform.conn_id, acks)
         try:
             failed_pull(event)
             if another_round_due(state):
                 time.sleep(min(config.deployment.refresh_interval_s, 10))  # the job's time to switch versions
                 publish_round(config, names, platform.conn_id, state)
-                self._wait_for_answers(context, config, names, state)
+                return self._wait_for_answers(context, config, names, state)
             result = smoke_test_result(state)
         except SmokeTestFailed as error:
             raise AirflowException(str(error)) from None
@@ -532,7 +544,7 @@ class CleanupOperator(JobWaitingOperator):
         return self._next(context, config, names, platform, [h.to_xcom() for h in stopping], [])
 
     def _next(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopping: list[dict[str, Any]],
-              stopped: list[str]) -> dict[str, Any]:
+              stopped: list[str]) -> Any:
         """Defer on the next job that is still stopping; once none is, delete the run's resources."""
         from gpuflow.platform import JobHandle
 
@@ -540,7 +552,7 @@ class CleanupOperator(JobWaitingOperator):
             handle = JobHandle.model_validate(stopping.pop(0))
             stopped.append(handle.id)
             if handle.kind == "dataflow":  # local processes are stopped already
-                self.defer_on(context, config, platform, handle, "stopped", stopping=stopping, stopped=stopped)
+                return self.defer_on(context, config, platform, handle, "stopped", stopping=stopping, stopped=stopped)
         return self.delete_resources(context, config, names, platform, stopped)
 
     def delete_resources(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopped: list[str]) -> dict[str, Any]:

@@ -25,36 +25,38 @@ if TYPE_CHECKING:
 
 
 def job_trigger(config: GpuflowConfig, handle: JobHandle, until: str, timeout_s: float,
-                poll_interval_s: float | None = None, cancel_on_kill: bool = True) -> Any:
+                poll_interval_s: float | None = None, cancel_on_kill: bool = True,
+                carried: dict[str, Any] | None = None) -> Any:
     """The trigger that waits until the job of ``handle`` reaches ``until`` (running, done or stopped), polling every
     ``poll_interval_s`` (None: ``dataflow.poll_interval_s``; the local process's own half second), and stopping the
-    job when its task is killed unless ``cancel_on_kill`` is False."""
+    job when its task is killed unless ``cancel_on_kill`` is False. Its event echoes ``carried``: what the task
+    needs when it goes on."""
     poll_s = poll_interval_s if poll_interval_s is not None else config.dataflow.poll_interval_s
     if handle.kind == "local-process":
         from gpuflow.triggers.local import LocalProcessTrigger
 
         local_poll = {"poll_interval_s": poll_interval_s} if poll_interval_s is not None else {}
         return LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until=until, timeout_s=timeout_s,
-                                   cancel_on_kill=cancel_on_kill, **local_poll)
+                                   cancel_on_kill=cancel_on_kill, carried=carried, **local_poll)
     if handle.kind == "dataflow":
         from gpuflow.triggers.dataflow import DataflowJobStateTrigger
 
         return DataflowJobStateTrigger(project_id=config.project, location=handle.location, job_id=handle.id,
                                        until=until, timeout_s=timeout_s, **config.hook_identity(),
-                                       poll_interval_s=poll_s, cancel_on_kill=cancel_on_kill)
+                                       poll_interval_s=poll_s, cancel_on_kill=cancel_on_kill, carried=carried)
     if handle.kind == "vertex-custom-job":
         from gpuflow.triggers.cancelling import CancellingCustomJobTrigger
 
         return CancellingCustomJobTrigger(project_id=config.project, location=handle.location,
                                           custom_job_id=handle.name.rsplit("/", 1)[-1],
                                           **config.hook_identity(), poll_interval=max(1, round(poll_s)),
-                                          timeout_s=timeout_s, cancel_on_kill=cancel_on_kill)
+                                          timeout_s=timeout_s, cancel_on_kill=cancel_on_kill, carried=carried)
     if handle.kind == "cloud-build":
         from gpuflow.triggers.cancelling import CancellingCloudBuildTrigger
 
         return CancellingCloudBuildTrigger(id_=handle.id, project_id=config.project, location=handle.location,
                                            **config.hook_identity(), poll_interval=poll_s, timeout_s=timeout_s,
-                                           cancel_on_kill=cancel_on_kill)
+                                           cancel_on_kill=cancel_on_kill, carried=carried)
     raise ValueError(f"no trigger waits on a job of kind {handle.kind}")
 
 
@@ -67,8 +69,11 @@ def first_event(trigger: Any, timeout_s: float) -> dict[str, Any]:
 def event_in_worker(trigger: Any, timeout_s: float) -> dict[str, Any]:
     """The trigger's first event, waited for by the task in its own worker (``events``: nothing to hold, since the
     task has not deferred, and nothing to cancel on a triggerer's behalf): for a task's short wait before it defers,
-    and for an operator with ``deferrable=False``. Raises TimeoutError after ``timeout_s``; the job goes on."""
-    return _first(trigger.events(), type(trigger).__name__, timeout_s)
+    and for an operator with ``deferrable=False``. Raises TimeoutError after ``timeout_s``; the job goes on. The event
+    echoes what the task carried (the trigger's ``carried``), as ``run``'s does."""
+    event = _first(trigger.events(), type(trigger).__name__, timeout_s)
+    carried = getattr(trigger, "carried", None)
+    return {**event, "carried": carried} if carried else event
 
 
 def _first(events: Any, what: str, timeout_s: float) -> dict[str, Any]:

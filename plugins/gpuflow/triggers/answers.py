@@ -107,8 +107,9 @@ class SmokeAnswersTrigger(SettlingTrigger):
     def __init__(self, project: str, answers_subscription: str, dead_letter_subscription: str, ids: list[str],
                  pending: list[str], started: float, deadline: float, gcp_conn_id: str,
                  impersonation_chain: list[str] | None = None, emulator_host: str | None = None,
-                 poll_interval_s: float = 0.5, settle_s: float = HOLD_S):
-        super().__init__(settle_s)
+                 poll_interval_s: float = 0.5, settle_s: float = HOLD_S,
+                 carried: dict[str, Any] | None = None):
+        super().__init__(settle_s, carried)
         self.project, self.ids, self.pending = project, list(ids), list(pending)
         self.answers_subscription, self.dead_letter_subscription = answers_subscription, dead_letter_subscription
         self.started, self.deadline, self.poll_interval_s = started, deadline, poll_interval_s
@@ -175,9 +176,10 @@ class SmokeAnswersTrigger(SettlingTrigger):
             await asyncio.sleep(min(self.poll_interval_s, max(0.0, self.deadline - time.time())))
 
 
-def smoke_answers_trigger(config: Any, names: Any, state: Any) -> SmokeAnswersTrigger:
+def smoke_answers_trigger(config: Any, names: Any, state: Any,
+                          carried: dict[str, Any] | None = None) -> SmokeAnswersTrigger:
     """The wait for the answers of ``state.sent`` not yet in, at the Pub/Sub this task published to: the
-    emulator that the task's environment names (the local profile), or Google's."""
+    emulator that the task's environment names (the local profile), or Google's. Its event echoes ``carried``."""
     import os
 
     waiting = [i for i in state.sent if i not in state.answers and i not in state.dead_letters]
@@ -186,4 +188,4 @@ def smoke_answers_trigger(config: Any, names: Any, state: Any) -> SmokeAnswersTr
         dead_letter_subscription=names.dead_letter_subscription, ids=list(state.sent), pending=waiting,
         started=state.window_start,
         deadline=state.deadline, **config.hook_identity(),
-        emulator_host=os.environ.get("PUBSUB_EMULATOR_HOST") or None)
+        emulator_host=os.environ.get("PUBSUB_EMULATOR_HOST") or None, carried=carried)

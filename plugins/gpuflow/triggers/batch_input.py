@@ -46,8 +46,9 @@ class LocalInputTrigger(SettlingTrigger):
     """The local profile: a glob on local disk, or a gs:// glob on the GCS emulator at ``emulator_url``."""
 
     def __init__(self, pattern: str, emulator_url: str, project: str, timeout_s: float, poll_interval_s: float,
-                 settle_s: float = HOLD_S):
-        super().__init__(settle_s)
+                 settle_s: float = HOLD_S,
+                 carried: dict[str, Any] | None = None):
+        super().__init__(settle_s, carried)
         self.pattern, self.emulator_url, self.project = pattern, emulator_url, project
         self.timeout_s, self.poll_interval_s = timeout_s, poll_interval_s
 

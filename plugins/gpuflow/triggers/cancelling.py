@@ -19,7 +19,7 @@ from airflow.providers.google.cloud.triggers.dataproc import DataprocBatchTrigge
 from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.kill import stopping_job_when_killed
-from gpuflow.triggers.settle import HOLD_S, settled
+from gpuflow.triggers.settle import HOLD_S, settled, with_carried
 
 try:  # the provider's (22.8.0); Composer's 22.2.0 (the floor) and 22.2.2 have none: gpuflow's copy of it
     from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
@@ -36,9 +36,11 @@ class _TimeoutAndCancel:
 
     timeout_status = "error"  # the status of the event that ends the wait at the timeout
 
-    def __init__(self, *, timeout_s: float, cancel_on_kill: bool = True, settle_s: float = HOLD_S, **kwargs: Any):
+    def __init__(self, *, timeout_s: float, cancel_on_kill: bool = True, settle_s: float = HOLD_S,
+                 carried: dict[str, Any] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.timeout_s, self.cancel_on_kill, self.settle_s = timeout_s, cancel_on_kill, settle_s
+        self.carried = carried  # what the task needs when it goes on, echoed in the event (SettlingTrigger's)
 
     @property
     def what(self) -> str:
@@ -49,11 +51,11 @@ class _TimeoutAndCancel:
         _, kwargs = super().serialize()  # type: ignore[misc]
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {**kwargs, "timeout_s": self.timeout_s, "cancel_on_kill": self.cancel_on_kill,
-                 "settle_s": self.settle_s})
+                 "settle_s": self.settle_s, "carried": self.carried})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async for event in stopping_job_when_killed(self, settled(self.events(), self.settle_s)):
-            yield event
+            yield with_carried(event, self.carried)
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
         """The provider trigger's wait, bounded by ``timeout_s``: what ``run`` holds, and what a worker waits for."""

@@ -12,22 +12,25 @@ from airflow.triggers.base import TriggerEvent
 from gpuflow.triggers.settle import HOLD_S, SettlingTrigger
 
 
-def gpu_usage_trigger(config: Any, job_id: str, started: float, ended: float) -> GpuMetricsTrigger:
+def gpu_usage_trigger(config: Any, job_id: str, started: float, ended: float,
+                      carried: dict[str, Any] | None = None) -> GpuMetricsTrigger:
     """The trigger the smoke test defers to until Cloud Monitoring has the job's GPU metrics for [started, ended]
-    (epoch seconds); Dataflow's workers send them with a delay (smoke_test.gpu_usage_timeout_s)."""
+    (epoch seconds); Dataflow's workers send them with a delay (smoke_test.gpu_usage_timeout_s). Its event echoes
+    ``carried``."""
     smoke = config.smoke_test
     return GpuMetricsTrigger(
         project_id=config.project, job_id=job_id, started=started, ended=ended,
         metrics={"utilization": smoke.gpu_utilization_metric, "memory_utilization": smoke.gpu_memory_metric},
         timeout_s=smoke.gpu_usage_timeout_s, **config.hook_identity(),
-        poll_interval_s=config.dataflow.poll_interval_s)
+        poll_interval_s=config.dataflow.poll_interval_s, carried=carried)
 
 
 class GpuMetricsTrigger(SettlingTrigger):
     def __init__(self, project_id: str, job_id: str, metrics: dict[str, str], started: float, ended: float,
                  timeout_s: float, gcp_conn_id: str = "google_cloud_default",
-                 impersonation_chain: list[str] | None = None, poll_interval_s: float = 10.0, settle_s: float = HOLD_S):
-        super().__init__(settle_s)
+                 impersonation_chain: list[str] | None = None, poll_interval_s: float = 10.0, settle_s: float = HOLD_S,
+                 carried: dict[str, Any] | None = None):
+        super().__init__(settle_s, carried)
         self.project_id, self.job_id, self.metrics = project_id, job_id, metrics
         self.started, self.ended, self.timeout_s = started, ended, timeout_s
         self.gcp_conn_id, self.impersonation_chain = gcp_conn_id, impersonation_chain

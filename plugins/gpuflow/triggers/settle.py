@@ -18,7 +18,7 @@ until the worker has exited, the executor has collected the exit, and a scheduli
 can read records that moment (the scheduler only logs "TaskInstance Finished: ... state=deferred"), so gpuflow keeps
 every event out of that window, ``HOLD_S`` long:
 
-- a task first waits up to ``HOLD_S`` for its job in its own worker (``GpuflowStepOperator.defer_or_wait``, with the
+- a task first waits up to ``HOLD_S`` for its job in its own worker (``JobWaitingOperator.wait_for``, with the
   trigger's ``events``): a job done by then completes in ``execute`` and nothing defers;
 - a trigger yields its event no sooner than ``HOLD_S`` after it started (``run``), so an event that comes early is
   held; a longer wait is not delayed at all.
@@ -52,24 +52,30 @@ async def settled(events: AsyncIterator[TriggerEvent], settle_s: float) -> Async
         yield event
 
 
+def with_carried(event: TriggerEvent, carried: dict[str, Any] | None) -> TriggerEvent:
+    """The event with what its task carried through the wait (``carried``), for the task's ``execute_complete``."""
+    return TriggerEvent({**event.payload, "carried": carried}) if carried else event
+
+
 class SettlingTrigger(BaseTrigger):
     """gpuflow's own triggers: ``events()`` is the wait (which a worker may also run itself), ``run()`` holds its
     event for ``settle_s`` and, on a triggerer that does not call ``on_kill``, calls it when the task is killed
-    (``gpuflow.triggers.kill``)."""
+    (``gpuflow.triggers.kill``). ``carried``: what the deferring task needs when it goes on, echoed in the event
+    (Airflow's ``dag.test()`` hands ``execute_complete`` the event alone, not the deferral's kwargs)."""
 
-    def __init__(self, settle_s: float = HOLD_S):
+    def __init__(self, settle_s: float = HOLD_S, carried: dict[str, Any] | None = None):
         super().__init__()  # type: ignore[no-untyped-call]  # (Airflow's BaseTrigger.__init__ is unannotated)
-        self.settle_s = settle_s
+        self.settle_s, self.carried = settle_s, carried
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from gpuflow.triggers.kill import stopping_job_when_killed
 
         async for event in stopping_job_when_killed(self, settled(self.events(), self.settle_s)):
-            yield event
+            yield with_carried(event, self.carried)
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
         raise NotImplementedError
         yield  # an async generator
 
     def _with_settle(self, classpath: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        return classpath, {**kwargs, "settle_s": self.settle_s}
+        return classpath, {**kwargs, "settle_s": self.settle_s, "carried": self.carried}
