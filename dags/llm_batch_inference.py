@@ -64,9 +64,9 @@ with DAG(
     prepare = preparation(config, setup=BatchSetupOperator)  # check_quota, setup, export_model, build, verify_gpu
     run_batch = RunBatchOperator(task_id="run_batch", config_json=config, image=prepare.build_container.output,
                                  retries=0, pool=GPU_POOL)
-    publish = PublishOutputsOperator(task_id="publish", config_json=config, launch_task_id="run_batch",
+    publish = PublishOutputsOperator(task_id="publish", config_json=config, batch_job=run_batch.output,
                                      outlets=[BATCH_ANSWERS_ASSET])
-    check_gpu_usage = BatchGpuUsageOperator(task_id="check_gpu_usage", config_json=config, launch_task_id="run_batch")
+    check_gpu_usage = BatchGpuUsageOperator(task_id="check_gpu_usage", config_json=config, batch_job=run_batch.output)
     cleanup = BatchCleanupOperator(task_id="cleanup", config_json=config, launch_task_id="run_batch")
 
     preflight >> wait_for_input >> prepare.group >> run_batch >> publish >> check_gpu_usage >> cleanup

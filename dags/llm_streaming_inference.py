@@ -51,8 +51,9 @@ with DAG(
     prepare = preparation(config)  # check_quota, setup, export_model, build_container, verify_gpu
     image = prepare.build_container.output
     launch = LaunchPipelineOperator(task_id="launch", config_json=config, image=image, retries=0, pool=GPU_POOL)
-    smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config, launch_task_id="launch")
-    promote = PromoteOperator(task_id="promote", config_json=config, image=image, retries=0)
+    smoke_test = SmokeTestOperator(task_id="smoke_test", config_json=config, job_handle=launch.output)
+    promote = PromoteOperator(task_id="promote", config_json=config, image=image, job_handle=launch.output,
+                              retries=0)
     cleanup = CleanupOperator(task_id="cleanup", config_json=config, launch_task_id="launch")
 
     preflight >> prepare.group >> launch >> smoke_test >> promote >> cleanup

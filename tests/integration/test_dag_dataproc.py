@@ -51,17 +51,30 @@ class FakeBatchController:
         self.states = [dataproc_v1.Batch.State.PENDING, dataproc_v1.Batch.State.RUNNING, final_state]
         self.state_message, self.output_uri = state_message, output_uri
         self.created, self.deleted, self.cancelled = [], [], []
-        self.transport = SimpleNamespace(operations_client=SimpleNamespace(cancel_operation=self.cancelled.append))
+        self.transport = SimpleNamespace(operations_client=SimpleNamespace(cancel_operation=self.cancel_operation))
 
     def create_batch(self, request, retry=None, timeout=None, metadata=()):
         assert isinstance(request["batch"], dataproc_v1.Batch)
         self.created.append(request)
-        return SimpleNamespace(operation=SimpleNamespace(name=f"{request['parent']}/operations/op-1"))
+        return SimpleNamespace(operation=SimpleNamespace(name=self._operation(request["parent"])))
+
+    @staticmethod
+    def _operation(parent: str) -> str:
+        return f"{parent}/operations/op-1"
 
     def get_batch(self, request, retry=None, timeout=None, metadata=()):
         state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        # The batch names the operation that created it (Batch.operation), under the create request's parent.
+        (parent,) = [r["parent"] for r in self.created if request["name"].endswith(f"/batches/{r['batch_id']}")]
         return dataproc_v1.Batch(name=request["name"], state=state, state_message=self.state_message,
+                                 operation=self._operation(parent),
                                  runtime_info=dataproc_v1.RuntimeInfo(output_uri=self.output_uri))
+
+    def cancel_operation(self, name, **kwargs):
+        """Dataproc cancels the batch: it ends CANCELLED."""
+        assert name in [self._operation(r["parent"]) for r in self.created], name
+        self.cancelled.append(name)
+        self.states = [dataproc_v1.Batch.State.CANCELLED]
 
     def delete_batch(self, request, retry=None, timeout=None, metadata=()):
         self.deleted.append(request["name"])
@@ -140,3 +153,50 @@ def test_gcp_failure_still_cleans_up_and_the_run_fails(airflow_db, gcp_dataproc)
     assert states(run)["batch"] == TaskInstanceState.FAILED
     assert states(run)["cleanup"] == TaskInstanceState.SUCCESS
     assert len(fake.deleted) == 1
+
+
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "waiting-in-worker"])
+def test_gcp_a_kill_cancels_the_batch_deferred_or_waiting_in_the_worker(airflow_db, gcp_dataproc, deferrable):
+    """Deferred, the trigger's on_kill (the 3.3 triggerer calls it); waiting in its worker, the operator's own."""
+    import threading
+    import time
+
+    from airflow.sdk import DAG
+
+    try:
+        from airflow.sdk.exceptions import TaskDeferred
+    except ImportError:  # Airflow 3.1, Composer's floor (make test-composer LINE=3.1.8)
+        from airflow.exceptions import TaskDeferred
+
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.operators.airflow_names import AirflowFailException
+    from gpuflow.operators.dataproc import DataprocBatchOperator
+
+    fake = gcp_dataproc(dataproc_v1.Batch.State.SUCCEEDED)
+    fake.states = [dataproc_v1.Batch.State.RUNNING]  # it runs until cancelled
+    config = load_config(gcp_conf()["config_file"])
+    with DAG("dataproc_kill", schedule=None) as dag:
+        operator = DataprocBatchOperator(task_id="batch", config_json=config.model_dump(mode="json"),
+                                         deferrable=deferrable, poll_interval=0.05)
+    pushed = {}
+    context = {"ti": SimpleNamespace(xcom_push=lambda key, value: pushed.update({key: value})), "dag": dag,
+               "run_id": "manual__2026-12-04T00:00:00+00:00"}
+    if deferrable:
+        with pytest.raises(TaskDeferred) as deferred:
+            operator.execute(context)
+        assert fake.cancelled == []
+        asyncio.run(deferred.value.trigger.on_kill())
+    else:
+        ended = []
+        worker = threading.Thread(target=lambda: ended.append(
+            pytest.raises(AirflowFailException, operator.execute, context)), daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 30
+        while "operation" not in pushed and time.monotonic() < deadline:  # created (the task knows it), then waits
+            time.sleep(0.02)
+        assert fake.created and fake.cancelled == []
+        operator.on_kill()
+        worker.join(timeout=30)
+        assert not worker.is_alive() and "CANCELLED" in str(ended[0].value)  # the wait ended with the cancel
+    (created,) = fake.created
+    assert fake.cancelled == [f"{created['parent']}/operations/op-1"] == [pushed["operation"]]

@@ -66,3 +66,17 @@ def test_deferrable_defaults_to_airflows_operators_default_deferrable(monkeypatc
     for cls in waiting:
         assert cls(task_id="t").deferrable is (site == "True"), cls.__name__
         assert cls(task_id="t", deferrable=site != "True").deferrable is (site != "True"), cls.__name__
+
+
+def documented(cls: type) -> set[str]:
+    """The ``:param X:`` the gpuflow classes of the MRO document."""
+    import re
+
+    return {name for klass in cls.__mro__ if klass.__module__.startswith("gpuflow.")
+            for name in re.findall(r":param (\w+):", klass.__doc__ or "")}
+
+
+@pytest.mark.parametrize("cls", OPERATORS, ids=lambda cls: cls.__name__)
+def test_every_argument_an_operator_takes_is_documented_with_param(cls):
+    undocumented = own_arguments(cls) - documented(cls)
+    assert undocumented == set(), f"{cls.__name__}'s docstring has no :param for {sorted(undocumented)}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -128,21 +129,25 @@ class PublishOutputsOperator(GpuflowStepOperator):
     """Checks that every input line ended answered or dead-lettered, then replaces the date's outputs with the
     run's; the summary (counts, prompts/s, tokens/s) goes to the log, XCom, ``_SUCCESS`` and the Asset event.
     local: files on local disk or in the storage emulator; gcp: Cloud Storage, through GCSHook. It waits for
-    nothing."""
+    nothing.
+
+    :param config_json: the validated configuration, ``BatchPreflightOperator``'s result (``preflight.output``).
+    :param batch_job: the batch job and its window, ``RunBatchOperator``'s result (``run_batch.output``).
+    """
 
     execution_timeout_from = "publish"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
+    template_fields: Sequence[str] = ("config_json", "batch_job")
 
-    def __init__(self, *, launch_task_id: str = "run_batch", **kwargs: Any) -> None:
+    def __init__(self, *, batch_job: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.launch_task_id = launch_task_id  # the batch job's task: its window
+        self.batch_job = batch_job  # its window: the summary's rates
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.batch import CountsDoNotAddUp, publish_outputs, staged_summary
 
-        job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}
-        started, ended = job.get("window") or (0.0, 0.0)
+        started, ended = (self.batch_job or {}).get("window") or (0.0, 0.0)
         try:
             summary = staged_summary(config, names, platform.conn_id, ended - started)
         except CountsDoNotAddUp as error:
@@ -160,12 +165,22 @@ class PublishOutputsOperator(GpuflowStepOperator):
 
 class BatchGpuUsageOperator(GpuUsageCheck):
     """After the batch job: did its GPUs work over the job's window (smoke_test.gpu_usage: fail, warn, ignore)?
-    local: nvidia-smi; gcp: Cloud Monitoring, waited for deferred (``GpuUsageCheck``)."""
+    local: nvidia-smi; gcp: Cloud Monitoring, waited for deferred (``GpuUsageCheck``).
+
+    :param config_json: the validated configuration, ``BatchPreflightOperator``'s result (``preflight.output``).
+    :param batch_job: the batch job and its window, ``RunBatchOperator``'s result (``run_batch.output``).
+    """
+
+    template_fields: Sequence[str] = ("config_json", "batch_job")
+
+    def __init__(self, *, batch_job: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.batch_job = batch_job
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.platform import JobHandle
 
-        job = context["ti"].xcom_pull(task_ids=self.launch_task_id) or {}
+        job = self.batch_job or {}
         handle = JobHandle.model_validate(job["job"]) if job.get("job") else None
         return self.check_usage(context, config, platform, handle, job.get("window") or [0.0, 0.0],
                                 {"job_id": handle.id if handle else None})

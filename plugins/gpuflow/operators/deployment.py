@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import JobWaitingOperator, event_succeeded, rollout_plan
 from gpuflow.operators.links import DataflowConsoleLink
-from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _image_of, _pushed_handle
-from gpuflow.workflow_names import LAUNCH_TASK
+from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _handle_of, _image_of
 
 if TYPE_CHECKING:
     from gpuflow.configuration.model import GpuflowConfig
@@ -32,17 +31,22 @@ class PromoteOperator(JobWaitingOperator):
     """The new version answered the smoke test: record it as the deployment's state (the record names its job, its
     image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote.
     The record lies in the bucket on both profiles (local: the storage emulator); the replaced job is stopped as
-    cleanup stops one (local: its process; gcp: a Dataflow drain, waited for deferred)."""
+    cleanup stops one (local: its process; gcp: a Dataflow drain, waited for deferred).
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param image: the worker image the new version runs (``BuildContainerOperator``'s result), for the record.
+    :param job_handle: the new version's job handle, ``LaunchPipelineOperator``'s result (``launch.output``).
+    """
 
     execution_timeout_from = "job_stop"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
-    template_fields: Sequence[str] = ("config_json", "image")
+    template_fields: Sequence[str] = ("config_json", "image", "job_handle")
 
-    def __init__(self, *, image: Any = None, launch_task_id: str = LAUNCH_TASK, **kwargs: Any) -> None:
+    def __init__(self, *, image: Any = None, job_handle: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.image, self.launch_task_id = image, launch_task_id
+        self.image, self.job_handle = image, job_handle
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.deployment import after_replaced_job, promote
@@ -51,9 +55,9 @@ class PromoteOperator(JobWaitingOperator):
         if rollout is None:
             log.info("deployment.mode ephemeral: nothing to promote; cleanup deletes what the run made")
             return {"skipped": "deployment.mode ephemeral"}
-        handle = _pushed_handle(context, self.launch_task_id)
+        handle = _handle_of(self.job_handle)
         if handle is None:
-            raise AirflowException(f"{self.launch_task_id} pushed no job handle: nothing to promote")
+            raise AirflowException("no job handle (job_handle: the launch's result): nothing to promote")
         context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
         result = {"deployment": names.deployment, "path": rollout.path, "why": rollout.why,
                   "model_version": names.model_version, "job": handle.to_xcom()}

@@ -386,6 +386,13 @@ class LaunchPipelineOperator(JobWaitingOperator):
         raise AirflowException(message)
 
 
+def _handle_of(job: Any) -> JobHandle | None:
+    """A job handle passed as an XComArg (a launch's result), back from its JSON form; None for none."""
+    from gpuflow.platform import JobHandle
+
+    return JobHandle.model_validate(job) if job else None
+
+
 def _pushed_handle(context: Any, launch_task_id: str) -> JobHandle | None:
     from gpuflow.platform import JobHandle
 
@@ -400,10 +407,6 @@ class GpuUsageCheck(JobWaitingOperator):
     the job's GPU metrics have arrived (they lag; up to ``smoke_test.gpu_usage_timeout_s``)."""
 
     execution_timeout_from = "gpu_usage"  # its execution_timeout: gpuflow.runs.task_timeouts
-
-    def __init__(self, *, launch_task_id: str = LAUNCH_TASK, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.launch_task_id = launch_task_id
 
     def check_usage(self, context: Any, config: GpuflowConfig, platform: Platform, handle: JobHandle | None, window: list[float],
                     result: dict[str, Any]) -> Any:
@@ -420,8 +423,7 @@ class GpuUsageCheck(JobWaitingOperator):
                                                             carried={"result": result}),
                                  config.smoke_test.gpu_usage_timeout_s)
         return self._checked(config, result, usage or {"source": "cloud-monitoring",
-                                                       "note": f"no Dataflow job handle ({self.launch_task_id} "
-                                                               "pushed none)"})
+                                                       "note": "no Dataflow job handle: no job to read"})
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
                               event: dict[str, Any], *, result: dict[str, Any] | None = None, **carry: Any) -> Any:
@@ -453,10 +455,15 @@ class SmokeTestOperator(GpuUsageCheck):
     Monitoring (a second deferral); local: from nvidia-smi, where there is one.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
-    :param launch_task_id: the task that pushed the pipeline's job handle (``LaunchPipelineOperator``).
+    :param job_handle: the pipeline's job handle, ``LaunchPipelineOperator``'s result (``launch.output``).
     """
 
     execution_timeout_from = "smoke_test"  # its execution_timeout: gpuflow.runs.task_timeouts
+    template_fields: Sequence[str] = ("config_json", "job_handle")
+
+    def __init__(self, *, job_handle: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_handle = job_handle
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.smoke import start_smoke_test
@@ -503,8 +510,7 @@ class SmokeTestOperator(GpuUsageCheck):
             result = smoke_test_result(state)
         except SmokeTestFailed as error:
             raise AirflowException(str(error)) from None
-        return self.check_usage(context, config, platform, _pushed_handle(context, self.launch_task_id),
-                                result["window"], result)
+        return self.check_usage(context, config, platform, _handle_of(self.job_handle), result["window"], result)
 
 
 class CleanupOperator(JobWaitingOperator):
