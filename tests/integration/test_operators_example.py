@@ -1,16 +1,21 @@
-"""docs/operators.md's team DAG, as written there, run with dag.test() on the local profile: a team's own tasks
-around gpuflow's preflight, quota check and GPU check."""
+"""docs/operators.md's team DAG, as written there, run with dag.test(): a team's own tasks around gpuflow's quota
+check and GPU check, given plain arguments and no gpuflow configuration file. On the local profile for real; on
+the gcp profile with Google Cloud's control planes faked (tests/gcp_fakes), GCS the emulator."""
 
 import json
-from pathlib import Path
 
+import pytest
 from airflow.utils.state import DagRunState
 
-from tests.helpers import ROOT
+from tests.helpers import GCP_TEST_PROJECT, ROOT
+
+pytestmark = pytest.mark.timeout(300)
 
 DOC = ROOT / "docs" / "operators.md"
 MARKER = "<!-- example-dag -->"
 LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+BUCKET = "gpuflow-team-readiness"
+IMAGE = f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/team/gpu-worker:2026-12"
 
 
 def example_dag_source() -> str:
@@ -19,39 +24,62 @@ def example_dag_source() -> str:
     return block.split("```", 1)[0]
 
 
-def test_the_team_dag_in_the_docs_runs_with_gpuflows_operators(airflow_db, emulators, tmp_path, monkeypatch):
+def team_dag(tmp_path, monkeypatch):
+    """The page's DAG, its text unchanged, in a DAG folder of the team's own: a second DAG bundle beside gpuflow's
+    (dag.test() runs a DAG that a bundle holds; it syncs that bundle to the database first)."""
     try:
         from airflow.dag_processing.dagbag import DagBag
     except ImportError:  # Airflow 3.1 (make test-composer LINE=3.1.8)
         from airflow.models.dagbag import DagBag
 
-    from tests.helpers import local_site_file
-
-    source = example_dag_source()
-    # The page's text, unchanged: it reads the deployment's site file, here a site folder that holds the tests'
-    # local configuration (its emulators' ports, its state folder) as site/gpuflow.yaml.
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "gpuflow.yaml").write_text(Path(local_site_file()).read_text())
-    monkeypatch.setenv("GPUFLOW_SITE_DIR", str(site))
     dag_file = tmp_path / "team_gpu_readiness.py"
-    dag_file.write_text(source)
-    # A DAG folder of the team's own, as a second DAG bundle beside gpuflow's: dag.test() runs a DAG that a
-    # bundle holds (it syncs that bundle to the database first).
+    dag_file.write_text(example_dag_source())
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([
         {"name": "dags-folder", "classpath": LOCAL_BUNDLE, "kwargs": {}},
         {"name": "team-dags", "classpath": LOCAL_BUNDLE, "kwargs": {"path": str(tmp_path)}}]))
     bag = DagBag(str(dag_file))
     assert bag.import_errors == {}
-    dag = bag.dags["team_gpu_readiness"]
+    return bag.dags["team_gpu_readiness"]
 
-    run = dag.test()
+
+def succeeded(run) -> dict:
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert run.state == DagRunState.SUCCESS, states
     assert set(states.values()) == {"success"}
-    report = run.get_task_instance("readiness_report").xcom_pull(task_ids="readiness_report")
+    return run.get_task_instance("readiness_report").xcom_pull(task_ids="readiness_report")
+
+
+def test_the_team_dag_runs_on_the_local_profile_with_plain_arguments(airflow_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_VAR_GPU_TEAM_PROFILE", "local")  # the team's Variables: the offline profile
+    run = team_dag(tmp_path, monkeypatch).test()
     # This machine: nvidia-smi lists no GPU, and the GPU check ran on the local runner and reported none.
-    assert report == {"quota": "nvidia-smi", "gpu_found": False}
-    # The team's own budget reached gpuflow's configuration through the preflight's settings.
-    config = run.get_task_instance("gpuflow_preflight").xcom_pull(task_ids="gpuflow_preflight")
-    assert config["model"]["max_new_tokens"] == 8
+    assert succeeded(run) == {"quota": "nvidia-smi", "gpu_found": False}
+
+
+def test_the_team_dag_runs_on_gcp_with_plain_arguments(airflow_db, gcs_bucket, gcp_env, tmp_path, monkeypatch):
+    from google.cloud import dataflow_v1beta3
+
+    from gpuflow.configuration.model import GpuflowConfig
+    from tests.gcp_fakes import FakeDataflow, FakeGoogleCloud, FakeWorkers
+
+    gcs_bucket(BUCKET)
+    for name, value in {"PROJECT": GCP_TEST_PROJECT, "REGION": "us-central1", "BUCKET": BUCKET,
+                        "IMAGE": IMAGE}.items():
+        monkeypatch.setenv(f"AIRFLOW_VAR_GPU_TEAM_{name}", value)
+    workers = FakeWorkers(GpuflowConfig.model_validate({"profile": "gcp", "project": GCP_TEST_PROJECT,
+                                                        "bucket": BUCKET}), gcp_env, tmp_path)
+    cloud = FakeGoogleCloud(dataflow=FakeDataflow(workers)).install(monkeypatch)
+
+    run = team_dag(tmp_path, monkeypatch).test()
+    # The GPU check's job ran on the workers the arguments named, and its report (an L4's) was judged.
+    assert succeeded(run) == {"quota": "compute-quota", "gpu_found": True}
+    # The quota read was the project's and region's the Variables name, for max_num_workers (the team's task: 2)
+    # times gpu_count GPUs.
+    assert [(r.project, r.region) for r in cloud.regions.requests] == [(GCP_TEST_PROJECT, "us-central1")]
+    quota = run.get_task_instance("gpu_quota").xcom_pull(task_ids="gpu_quota")
+    assert {reading["needed"] for reading in quota["readings"]} == {2}
+    (launch,) = cloud.dataflow.calls("launch_flex_template") or cloud.dataflow.calls("launch_template")
+    environment = (launch.launch_parameter.environment if hasattr(launch, "launch_parameter")
+                   else launch.launch_parameters.environment)
+    assert environment.machine_type == "g2-standard-4"
+    assert isinstance(launch, dataflow_v1beta3.LaunchFlexTemplateRequest | dataflow_v1beta3.LaunchTemplateRequest)

@@ -35,6 +35,11 @@ def attributes_read(cls: type) -> set[str]:
                 read |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
                          and isinstance(node.value, ast.Name) and node.value.id == "self"
                          and isinstance(node.ctx, ast.Load)}
+    # PlainArguments.trusted_config reads each plain argument by name (getattr), from these two mappings
+    from gpuflow.operators.base import PlainArguments
+
+    if issubclass(cls, PlainArguments):
+        read |= set(cls.provider_arguments) | set(cls.job_arguments)
     return read
 
 
@@ -80,3 +85,27 @@ def documented(cls: type) -> set[str]:
 def test_every_argument_an_operator_takes_is_documented_with_param(cls):
     undocumented = own_arguments(cls) - documented(cls)
     assert undocumented == set(), f"{cls.__name__}'s docstring has no :param for {sorted(undocumented)}"
+
+
+def test_plain_arguments_build_the_configuration_and_a_bad_one_names_the_argument():
+    """A team's DAG without a gpuflow configuration file: gpuflow's defaults with the arguments set."""
+    from gpuflow.operators.airflow_names import AirflowFailException
+
+    quota = streaming.QuotaCheckOperator(task_id="q", project_id="team-proj-1", region="europe-west4",
+                                         impersonation_chain="ml@team-proj-1.iam.gserviceaccount.com",
+                                         gpu_count="2", max_num_workers=3)
+    config = quota.trusted_config({})
+    assert (config.profile, config.project, config.region, config.gpu.count, config.worker.max_num_workers) == (
+        "gcp", "team-proj-1", "europe-west4", 2, 3)
+    assert config.impersonation_chain == ["ml@team-proj-1.iam.gserviceaccount.com"]
+    with pytest.raises(AirflowFailException, match=r"gpu_count \(gpu.count\): .* Fix: set gpu_count "):
+        streaming.QuotaCheckOperator(task_id="q", project_id="team-proj-1", gpu_count="many").trusted_config({})
+    with pytest.raises(AirflowFailException, match="neither config_json nor project_id"):
+        streaming.VerifyGpuOperator(task_id="v", image="img").trusted_config({})
+    assert streaming.VerifyGpuOperator(task_id="v", profile="local").trusted_config({}).profile == "local"
+
+
+def test_config_json_and_plain_arguments_exclude_each_other():
+    with pytest.raises(TypeError, match="config_json .* or plain arguments, not both: gpu_type, project_id"):
+        streaming.VerifyGpuOperator(task_id="v", config_json="{{ ti.xcom_pull('preflight') }}", project_id="p",
+                                    gpu_type="nvidia-l4")

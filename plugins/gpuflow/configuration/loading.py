@@ -95,6 +95,24 @@ def load_config(
         raise ConfigError(_format_validation_error(error, str(path))) from None
 
 
+def config_from_settings(settings: dict[str, Any], what: str, names: dict[str, str] | None = None) -> GpuflowConfig:
+    """gpuflow's defaults with ``settings`` (dotted key -> value, None left out) set, and no file: an operator given
+    plain arguments in a team's own DAG. An error names ``what`` (the operator and its task) and, for each key,
+    the argument that set it (``names``: dotted key -> argument)."""
+    merged: dict[str, Any] = {}
+    for key, value in settings.items():
+        if value is not None and value != "":
+            _set_dotted(merged, key, value)
+    try:
+        return GpuflowConfig.model_validate(merged)
+    except ValidationError as error:
+        message = _format_validation_error(error, what)
+        for dotted, argument in (names or {}).items():
+            message = message.replace(f"  {dotted}: ", f"  {argument} ({dotted}): ").replace(
+                f"Fix: set {dotted} ", f"Fix: set {argument} ")
+        raise ConfigError(message) from None
+
+
 def read_config_file(path: Path) -> Any:
     """The file's YAML (or JSON). Every error names the file and, for a syntax error, the line and column, and never
     shows the file's text: a message can reach a task log that people who may not read the file can read."""

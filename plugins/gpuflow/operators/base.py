@@ -238,6 +238,62 @@ class GpuflowStepOperator(BaseOperator):
         raise NotImplementedError
 
 
+class PlainArguments(GpuflowStepOperator):
+    """A step a team may run in its own DAG without a gpuflow configuration file: given the provider's arguments
+    and the operator's own job arguments (``job_arguments``: argument -> configuration key) instead of
+    ``config_json``, it acts on gpuflow's defaults with them set, validated when the task runs (templates
+    rendered). The two ways exclude each other.
+
+    :param project_id: the Google Cloud project (gcp).
+    :param region: the region the jobs run in (default us-central1).
+    :param gcp_conn_id: the Airflow connection to Google Cloud (default google_cloud_default).
+    :param impersonation_chain: service accounts to act as, the last one acting (the provider's chain).
+    :param profile: ``gcp`` (the default) or ``local``, gpuflow's offline profile (local runner, emulators).
+    """
+
+    #: The operator's own job arguments, by the configuration key each sets.
+    job_arguments: dict[str, str] = {}
+    #: The provider's arguments, by the configuration key each sets.
+    provider_arguments = {"project_id": "project", "region": "region", "gcp_conn_id": "gcp_conn_id",
+                          "impersonation_chain": "impersonation_chain", "profile": "profile"}
+
+    def __init__(self, *, project_id: str | None = None, region: str | None = None, gcp_conn_id: str | None = None,
+                 impersonation_chain: str | Sequence[str] | None = None, profile: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.project_id, self.region, self.gcp_conn_id = project_id, region, gcp_conn_id
+        self.impersonation_chain, self.profile = impersonation_chain, profile
+        given = sorted(name for name in self._plain() if getattr(self, name) is not None)
+        if self.config_json is not None and given:
+            raise TypeError(f"{type(self).__name__} (task {self.task_id}) takes config_json (a gpuflow "
+                            f"configuration) or plain arguments, not both: {', '.join(given)} given beside it")
+
+    def _plain(self) -> dict[str, str]:
+        """Every plain argument, by the configuration key it sets."""
+        return {**self.provider_arguments, **self.job_arguments}
+
+    def trusted_config(self, context: Any) -> GpuflowConfig:
+        if self.config_json is not None:
+            return super().trusted_config(context)
+        from gpuflow.configuration.loading import config_from_settings
+        from gpuflow.configuration.model import ConfigError
+
+        plain = self._plain()
+        chain = self.impersonation_chain
+        values = {key: getattr(self, name) for name, key in plain.items()}
+        values["impersonation_chain"] = [chain] if isinstance(chain, str) else chain
+        values["profile"] = self.profile or "gcp"
+        if values["profile"] == "gcp" and not self.project_id:
+            raise AirflowFailException(f"{type(self).__name__} (task {self.task_id}) was given neither config_json "
+                                       "nor project_id. Fix: pass project_id (the Google Cloud project), or "
+                                       "profile='local' for gpuflow's offline profile.")
+        try:
+            return config_from_settings(values, f"{type(self).__name__}'s arguments, task {self.task_id}",
+                                        names={key: name for name, key in plain.items()})
+        except ConfigError as error:
+            raise AirflowFailException(str(error)) from None
+
+
 class JobWaitingOperator(GpuflowStepOperator):
     """A step that starts a job, or waits on one: its ``execute_step`` starts the job, remembers it for ``on_kill``,
     pushes its link, then waits (``defer_on``, ``wait_for``): deferred, Airflow calls ``execute_complete`` with the

@@ -14,6 +14,7 @@ from gpuflow.operators.base import (
     ROLLOUT_KEY,
     GpuflowStepOperator,
     JobWaitingOperator,
+    PlainArguments,
     config_from_params,
     event_succeeded,
     names_for,
@@ -128,19 +129,30 @@ class SetupResourcesOperator(GpuflowStepOperator):
                                 lease=(context["dag"].dag_id, context["run_id"]))
 
 
-class QuotaCheckOperator(GpuflowStepOperator):
+class QuotaCheckOperator(PlainArguments):
     """Fail before anything is created when the GPUs the workers need are not there.
 
     gcp: the GPU's regional quota (Compute Engine, or Cloud Quotas for a GPU family) and GPUS_ALL_REGIONS must cover
     ``worker.max_num_workers`` times ``gpu.count``; an unreported quota is a warning with where to read it. local:
     this machine's GPUs (nvidia-smi), reported. It waits for nothing.
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
+    :param gpu_type: the GPU (``nvidia-l4``, ...; default nvidia-l4).
+    :param gpu_count: GPUs per worker (default 1).
+    :param max_num_workers: the most workers a job may scale to (default 1).
     """
 
     execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
+    job_arguments = {"gpu_type": "gpu.type", "gpu_count": "gpu.count", "max_num_workers": "worker.max_num_workers"}
+    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, *job_arguments)
+
+    def __init__(self, *, gpu_type: str | None = None, gpu_count: int | str | None = None,
+                 max_num_workers: int | str | None = None, **kwargs: Any) -> None:
+        self.gpu_type, self.gpu_count, self.max_num_workers = gpu_type, gpu_count, max_num_workers
+        super().__init__(**kwargs)
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.quota import QuotaTooLow, check_quota
@@ -247,7 +259,7 @@ def _image_of(build_result: Any) -> str:
     return (build_result.get("image") if isinstance(build_result, dict) else build_result) or ""
 
 
-class VerifyGpuOperator(JobWaitingOperator):
+class VerifyGpuOperator(PlainArguments, JobWaitingOperator):
     """Starts the GPU check job where the workers run, defers until it is done, then judges its report.
 
     gcp: a Dataflow batch job on the configured GPU workers and image; local: beam_jobs/gpu_check.py on the local
@@ -257,15 +269,27 @@ class VerifyGpuOperator(JobWaitingOperator):
     earlier try started, found by the job's name (gcp: while it is active in Dataflow; local: its pid file, running
     or ended well).
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
+    :param gpu_type: the GPU (``nvidia-l4``, ...; default nvidia-l4).
+    :param gpu_count: GPUs per worker (default 1).
+    :param machine_type: the workers' machine type (default g2-standard-4, the L4's).
+    :param bucket: the bucket the check's job stages in and reports to (gcp).
+    :param require_gpu: fail when the workers see no GPU (default False: report it).
     :param image: the worker image (a URI, or ``BuildContainerOperator``'s result); the local runner ignores it.
     """
 
     execution_timeout_from = "job_start"  # its execution_timeout: gpuflow.runs.task_timeouts
 
-    template_fields: Sequence[str] = ("config_json", "image")
+    job_arguments = {"gpu_type": "gpu.type", "gpu_count": "gpu.count", "machine_type": "gpu.machine_type",
+                     "bucket": "bucket", "require_gpu": "require_gpu"}
+    template_fields: Sequence[str] = ("config_json", "image", *PlainArguments.provider_arguments, *job_arguments)
 
-    def __init__(self, *, image: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, image: Any = None, gpu_type: str | None = None, gpu_count: int | str | None = None,
+                 machine_type: str | None = None, bucket: str | None = None, require_gpu: bool | str | None = None,
+                 **kwargs: Any) -> None:
+        self.gpu_type, self.gpu_count, self.machine_type = gpu_type, gpu_count, machine_type
+        self.bucket, self.require_gpu = bucket, require_gpu
         super().__init__(**kwargs)
         self.image = image
 
