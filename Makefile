@@ -96,7 +96,7 @@ test: venv lint docs browser ## everything: lint, the docs site, then every test
 	@mkdir -p tests/artifacts && rm -f tests/artifacts/git-status-before && \
 	  if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then \
 	  git status --porcelain > tests/artifacts/git-status-before; fi
-	$(BIN)/python -m pytest -n 2 --dist worksteal
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=15
 	@if [ -f tests/artifacts/git-status-before ]; then git status --porcelain | \
 	  diff -u tests/artifacts/git-status-before - || { echo "make test changed the tree (above): a test must write \
 	  under tests/artifacts/ or a temporary folder"; exit 1; }; fi

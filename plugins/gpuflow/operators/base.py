@@ -251,7 +251,8 @@ class PlainArguments(GpuflowStepOperator):
     :param profile: ``gcp`` (the default) or ``local``, gpuflow's offline profile (local runner, emulators).
     """
 
-    #: The operator's own job arguments, by the configuration key each sets.
+    #: The operator's own job arguments, by the configuration key each sets (a subclass sets them on itself before
+    #: it calls this __init__, which refuses them beside config_json).
     job_arguments: dict[str, str] = {}
     #: The provider's arguments, by the configuration key each sets.
     provider_arguments = {"project_id": "project", "region": "region", "gcp_conn_id": "gcp_conn_id",
