@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,3 +109,25 @@ def local_site_file() -> str:
     from gpuflow.paths import site_dir
 
     return str(site_dir() / "local.yaml")
+
+
+class RecordingTI:
+    """A task instance for an operator run outside Airflow: keeps what it pushes, pulls only that (preflight's
+    rollout plan: none, an ephemeral run)."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+    def xcom_pull(self, task_ids: Any = None, key: str = "return_value") -> Any:
+        return self.pushed.get(key)
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = 60) -> None:
+    """Poll ``condition`` until it holds; fail the test naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)

@@ -159,7 +159,6 @@ def test_gcp_failure_still_cleans_up_and_the_run_fails(airflow_db, gcp_dataproc)
 def test_gcp_a_kill_cancels_the_batch_deferred_or_waiting_in_the_worker(airflow_db, gcp_dataproc, deferrable):
     """Deferred, the trigger's on_kill (the 3.3 triggerer calls it); waiting in its worker, the operator's own."""
     import threading
-    import time
 
     from airflow.sdk import DAG
 
@@ -171,6 +170,7 @@ def test_gcp_a_kill_cancels_the_batch_deferred_or_waiting_in_the_worker(airflow_
     from gpuflow.configuration.loading import load_config
     from gpuflow.operators.airflow_names import AirflowFailException
     from gpuflow.operators.dataproc import DataprocBatchOperator
+    from tests.helpers import wait_until
 
     fake = gcp_dataproc(dataproc_v1.Batch.State.SUCCEEDED)
     fake.states = [dataproc_v1.Batch.State.RUNNING]  # it runs until cancelled
@@ -191,9 +191,7 @@ def test_gcp_a_kill_cancels_the_batch_deferred_or_waiting_in_the_worker(airflow_
         worker = threading.Thread(target=lambda: ended.append(
             pytest.raises(AirflowFailException, operator.execute, context)), daemon=True)
         worker.start()
-        deadline = time.monotonic() + 30
-        while "operation" not in pushed and time.monotonic() < deadline:  # created (the task knows it), then waits
-            time.sleep(0.02)
+        wait_until(lambda: "operation" in pushed, "the batch's creation, known to the task", 30)  # then it waits
         assert fake.created and fake.cancelled == []
         operator.on_kill()
         worker.join(timeout=30)

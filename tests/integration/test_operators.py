@@ -12,17 +12,7 @@ from gpuflow.platform.local import LocalPlatform
 from gpuflow.runs.naming import resource_names
 from gpuflow.steps.cleanup import delete_run_resources, request_stops
 from gpuflow.steps.resources import create_resources
-
-
-class RecordingTI:
-    def __init__(self):
-        self.pushed = {}
-
-    def xcom_push(self, key, value):
-        self.pushed[key] = value
-
-    def xcom_pull(self, task_ids=None, key="return_value"):
-        return self.pushed.get(key)  # the launch reads preflight's rollout plan: none, an ephemeral run
+from tests.helpers import RecordingTI
 
 
 def test_on_kill_stops_the_pipeline_process(local_config, emulators):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from typing import Any
 
 import pytest
 from airflow.sdk import DAG
@@ -29,23 +27,12 @@ from gpuflow.operators.streaming import (
 from gpuflow.platform import JobHandle
 from gpuflow.steps.placements import Placement
 from tests.gcp_fakes import FakeGoogleCloud, FakeVertex, JobState, gcp_test_config
-from tests.helpers import GCP_TEST_PROJECT
+from tests.helpers import GCP_TEST_PROJECT, RecordingTI, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 VERTEX_JOB = f"projects/{GCP_TEST_PROJECT}/locations/us-central1/customJobs/4411"
 NEVER_ENDS = [(JobState.JOB_STATE_PENDING, [])]  # a Dataflow job whose workers never come
-
-
-class RecordingTI:
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-    def xcom_pull(self, task_ids: Any = None, key: str = "return_value") -> Any:
-        return self.pushed.get(key)  # preflight's rollout plan: none, an ephemeral run
 
 
 @pytest.fixture
@@ -119,13 +106,6 @@ OPERATORS = {
     LaunchPipelineOperator: (start_dataflow_placement, dataflow_polls, dataflow_cancels, "job-1"),
     RunBatchOperator: (start_dataflow_placement, dataflow_polls, dataflow_cancels, "job-1"),
 }
-
-
-def wait_until(condition: Any, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "waiting-in-worker"])

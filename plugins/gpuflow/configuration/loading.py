@@ -42,21 +42,25 @@ def parse_override(assignment: str) -> tuple[str, Any]:
     return key.strip(), raw_value.strip() if isinstance(value, float) else value
 
 
-def _format_validation_error(error: ValidationError, source: str) -> str:
+def _format_validation_error(error: ValidationError, source: str, names: dict[str, str] | None = None) -> str:
+    """One line per invalid field, with its fix. ``names`` (dotted key -> what set it, an operator's argument):
+    each line names what the reader set."""
     lines = [f"Invalid gpuflow configuration ({source}):"]
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(root)"
+        key = ".".join(str(part) for part in item["loc"]) or "(root)"
+        field = f"{names[key]} ({key})" if names and key in names else key
+        named = names[key] if names and key in names else key
         if item["type"] == "extra_forbidden":
             lines.append(f"  {field}: unknown key. Fix: remove it or check its spelling against docs/configuration.md.")
-        elif field == "project" and isinstance(item.get("input"), int):
-            lines.append(f"  project: {item['input']} is a project number; gpuflow needs the project id. Fix: set "
-                         f"project to the id that `gcloud projects describe {item['input']} "
+        elif key == "project" and isinstance(item.get("input"), int):
+            lines.append(f"  {field}: {item['input']} is a project number; gpuflow needs the project id. Fix: set "
+                         f"{named} to the id that `gcloud projects describe {item['input']} "
                          "--format='value(projectId)'` prints.")
         elif item["type"] == "string_type" and item.get("input") in (None, ""):
-            lines.append(f"  {field}: must not be empty. Fix: set {field} to a value, or leave the key out for "
+            lines.append(f"  {field}: must not be empty. Fix: set {named} to a value, or leave the key out for "
                          "its default.")
         else:
-            lines.append(f"  {field}: {item['msg']}. Fix: set {field} to a valid value.")
+            lines.append(f"  {field}: {item['msg']}. Fix: set {named} to a valid value.")
     return "\n".join(lines)
 
 
@@ -106,11 +110,7 @@ def config_from_settings(settings: dict[str, Any], what: str, names: dict[str, s
     try:
         return GpuflowConfig.model_validate(merged)
     except ValidationError as error:
-        message = _format_validation_error(error, what)
-        for dotted, argument in (names or {}).items():
-            message = message.replace(f"  {dotted}: ", f"  {argument} ({dotted}): ").replace(
-                f"Fix: set {dotted} ", f"Fix: set {argument} ")
-        raise ConfigError(message) from None
+        raise ConfigError(_format_validation_error(error, what, names)) from None
 
 
 def read_config_file(path: Path) -> Any:

@@ -19,6 +19,7 @@ from gpuflow.operators.streaming import (
     LaunchPipelineOperator,
     PreflightOperator,
     SetupResourcesOperator,
+    _handle_of,
 )
 
 if TYPE_CHECKING:
@@ -178,10 +179,8 @@ class BatchGpuUsageOperator(GpuUsageCheck):
         self.batch_job = batch_job
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
-        from gpuflow.platform import JobHandle
-
         job = self.batch_job or {}
-        handle = JobHandle.model_validate(job["job"]) if job.get("job") else None
+        handle = _handle_of(job.get("job"))
         return self.check_usage(context, config, platform, handle, job.get("window") or [0.0, 0.0],
                                 {"job_id": handle.id if handle else None})
 

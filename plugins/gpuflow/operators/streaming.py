@@ -411,17 +411,15 @@ class LaunchPipelineOperator(JobWaitingOperator):
 
 
 def _handle_of(job: Any) -> JobHandle | None:
-    """A job handle passed as an XComArg (a launch's result), back from its JSON form; None for none."""
+    """A job handle from an XCom (an XComArg of a launch's result, or what it pushed), back from its JSON form;
+    None for none."""
     from gpuflow.platform import JobHandle
 
     return JobHandle.model_validate(job) if job else None
 
 
 def _pushed_handle(context: Any, launch_task_id: str) -> JobHandle | None:
-    from gpuflow.platform import JobHandle
-
-    pushed = context["ti"].xcom_pull(task_ids=launch_task_id, key=DataflowConsoleLink.source_key)
-    return JobHandle.model_validate(pushed) if pushed else None
+    return _handle_of(context["ti"].xcom_pull(task_ids=launch_task_id, key=DataflowConsoleLink.source_key))
 
 
 class GpuUsageCheck(JobWaitingOperator):

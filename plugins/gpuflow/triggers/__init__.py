@@ -71,9 +71,9 @@ def event_in_worker(trigger: Any, timeout_s: float) -> dict[str, Any]:
     task has not deferred, and nothing to cancel on a triggerer's behalf): for a task's short wait before it defers,
     and for an operator with ``deferrable=False``. Raises TimeoutError after ``timeout_s``; the job goes on. The event
     echoes what the task carried (the trigger's ``carried``), as ``run``'s does."""
-    event = _first(trigger.events(), type(trigger).__name__, timeout_s)
-    carried = getattr(trigger, "carried", None)
-    return {**event, "carried": carried} if carried else event
+    from gpuflow.triggers.settle import with_carried
+
+    return with_carried(_first(trigger.events(), type(trigger).__name__, timeout_s), getattr(trigger, "carried", None))
 
 
 def _first(events: Any, what: str, timeout_s: float) -> dict[str, Any]:

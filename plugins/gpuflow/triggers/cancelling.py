@@ -55,7 +55,7 @@ class _TimeoutAndCancel:
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async for event in stopping_job_when_killed(self, settled(self.events(), self.settle_s)):
-            yield with_carried(event, self.carried)
+            yield TriggerEvent(with_carried(event.payload, self.carried))
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
         """The provider trigger's wait, bounded by ``timeout_s``: what ``run`` holds, and what a worker waits for."""

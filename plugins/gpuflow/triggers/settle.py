@@ -52,9 +52,11 @@ async def settled(events: AsyncIterator[TriggerEvent], settle_s: float) -> Async
         yield event
 
 
-def with_carried(event: TriggerEvent, carried: dict[str, Any] | None) -> TriggerEvent:
-    """The event with what its task carried through the wait (``carried``), for the task's ``execute_complete``."""
-    return TriggerEvent({**event.payload, "carried": carried}) if carried else event
+def with_carried(payload: dict[str, Any], carried: dict[str, Any] | None) -> dict[str, Any]:
+    """An event's payload with what its task carried through the wait (``carried``), for the task's
+    ``execute_complete``: the trigger's ``run`` yields it, and a worker's wait (``triggers.event_in_worker``)
+    returns it."""
+    return {**payload, "carried": carried} if carried else payload
 
 
 class SettlingTrigger(BaseTrigger):
@@ -71,7 +73,7 @@ class SettlingTrigger(BaseTrigger):
         from gpuflow.triggers.kill import stopping_job_when_killed
 
         async for event in stopping_job_when_killed(self, settled(self.events(), self.settle_s)):
-            yield with_carried(event, self.carried)
+            yield TriggerEvent(with_carried(event.payload, self.carried))
 
     async def events(self) -> AsyncIterator[TriggerEvent]:
         raise NotImplementedError
