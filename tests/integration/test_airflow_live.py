@@ -619,10 +619,12 @@ def run_backfill(airflow_live, conf: dict, days: list[str], folder: Path) -> Non
             "dag_run_conf": conf, "max_active_runs": 10}  # the CLI's default
     deadline = time.monotonic() + 120
     while True:  # on SQLite the API server refuses while the scheduler writes: ask again
+        logged = airflow_live.log_size("api-server")
         created = airflow_live.api("POST", "/backfills", json=body)
-        # Airflow 3.3 answers 503 "Database is locked"; 3.1 (Composer's floor) a bare 500, its log "database is locked"
+        # Airflow 3.3 answers 503 "Database is locked"; 3.1 (Composer's floor) a bare 500, and logs "database is
+        # locked" in this request's traceback (read from where the log stood: a fixed tail can miss it under load)
         locked = (created.status_code == 503 and "locked" in created.text) or (
-            created.status_code == 500 and "database is locked" in airflow_live.log_tail("api-server", lines=200))
+            created.status_code == 500 and airflow_live.logged_since("api-server", logged, "database is locked"))
         if not locked or time.monotonic() > deadline:
             break
         time.sleep(2)
