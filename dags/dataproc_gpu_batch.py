@@ -1,14 +1,18 @@
 """dataproc_gpu_batch: a Spark batch with GPUs on Dataproc Serverless, checked against the guide's rules.
 
-preflight and batch (setup tasks) -> cleanup (teardown). gcp: the batch is submitted through the provider's
-Dataproc hook with a batch id derived from the run, waited for by its DataprocBatchTrigger (the task defers), and
-deleted afterwards. local: the same
-PySpark file runs on local Spark. The job's result (the executors' GPU count) goes to XCom.
+preflight and batch (setup tasks) -> cleanup (teardown). gcp: the batch task is the provider's
+DataprocCreateBatchOperator, extended (gpuflow.operators.dataproc): a batch id derived from the run, a wait that
+defers, ends at dataproc.timeout_s and cancels the batch when the task is killed; the batch is deleted afterwards.
+local: the same PySpark file runs on local Spark. The job's result (the executors' GPU count) goes to XCom.
 """
 
 from __future__ import annotations
 
 import pendulum
+
+# The batch task's provider operator, named here so that the dag-processor imports it once, before it forks each
+# parse ([dag_processor] parsing_pre_import_modules); gpuflow.operators.dataproc extends it.
+from airflow.providers.google.cloud.operators.dataproc import DataprocCreateBatchOperator  # noqa: F401
 from airflow.sdk import DAG
 
 from gpuflow.operators.dataproc import DataprocBatchOperator, DataprocCleanupOperator, DataprocPreflightOperator

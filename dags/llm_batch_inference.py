@@ -15,6 +15,10 @@ from the configuration file (batch.schedule, batch.catchup); each run's ds is th
 from __future__ import annotations
 
 import pendulum
+
+# wait_for_input's provider sensor, named here so that the dag-processor imports it once, before it forks each parse
+# ([dag_processor] parsing_pre_import_modules); gpuflow.operators.batch extends it.
+from airflow.providers.google.cloud.sensors.gcs import GCSObjectExistenceSensor  # noqa: F401
 from airflow.sdk import DAG
 
 from gpuflow.operators.airflow_names import cron_data_interval_timetable

@@ -106,3 +106,44 @@ def test_the_input_wait_ends_when_a_file_matches_or_at_its_timeout(gcs, gcp_env,
     assert event["status"] == "timeout" and "no file matched" in event["message"]
     put(gcs, f"gs://{BUCKET}/prompts/{day}/late.jsonl", ["1"])
     assert first_event(input_trigger(config))["status"] == "success"
+
+
+@pytest.mark.parametrize("missing_input", ["skip", "fail"])
+def test_wait_for_input_in_its_worker_skips_or_fails_at_its_timeout_and_finds_a_late_file(gcs, gcp_env,
+                                                                                          missing_input):
+    """The provider's sensor waiting in its worker slot (deferrable=False): batch.input_wait_s is its timeout and
+    batch.missing_input its soft_fail; its poke lists the bucket with the glob."""
+    from gpuflow.operators.airflow_names import AirflowSensorTimeout, AirflowSkipException
+    from gpuflow.operators.batch import WaitForInputOperator
+
+    day = "2026-03-06" if missing_input == "skip" else "2026-03-07"
+    config = batch_config(day, "batch.input_wait_s=0.5", "batch.input_poll_interval_s=0.1",
+                          f"batch.missing_input={missing_input}")
+    sensor = WaitForInputOperator(task_id="wait_for_input", config_json=config.model_dump(mode="json"),
+                                  deferrable=False)
+    with pytest.raises(AirflowSkipException if missing_input == "skip" else AirflowSensorTimeout):
+        sensor.execute({})
+    assert (sensor.bucket, sensor.object, sensor.timeout) == (BUCKET, f"prompts/{day}/*.jsonl", 0.5)
+    put(gcs, f"gs://{BUCKET}/prompts/{day}/late.jsonl", ["1"])
+    assert sensor.execute({}) is True
+
+
+def test_wait_for_input_defers_to_the_bounded_blob_trigger(gcs, gcp_env):
+    """Deferred: the sensor's own GCSBlobTrigger arguments, bounded by batch.input_wait_s."""
+    try:
+        from airflow.sdk.exceptions import TaskDeferred
+    except ImportError:  # Airflow 3.1, Composer's floor
+        from airflow.exceptions import TaskDeferred
+
+    from gpuflow.operators.batch import WaitForInputOperator
+    from gpuflow.triggers.batch_input import BoundedGcsBlobTrigger
+
+    config = batch_config("2026-03-08", "batch.input_wait_s=30")
+    sensor = WaitForInputOperator(task_id="wait_for_input", config_json=config.model_dump(mode="json"),
+                                  deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, BoundedGcsBlobTrigger) and trigger.timeout_s == 30 and trigger.use_glob
+    assert (trigger.bucket, trigger.object_name) == (BUCKET, "prompts/2026-03-08/*.jsonl")
+    assert deferred.value.timeout.total_seconds() > 30  # Airflow's own deferral timeout, a backstop behind it

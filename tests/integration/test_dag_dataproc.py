@@ -56,7 +56,10 @@ class FakeBatchController:
     def create_batch(self, request, retry=None, timeout=None, metadata=()):
         assert isinstance(request["batch"], dataproc_v1.Batch)
         self.created.append(request)
-        return SimpleNamespace(operation=SimpleNamespace(name=self._operation(request["parent"])))
+        # google.api_core's Operation: its name, and its BatchOperationMetadata naming the batch
+        return SimpleNamespace(operation=SimpleNamespace(name=self._operation(request["parent"])),
+                               metadata=dataproc_v1.BatchOperationMetadata(
+                                   batch=f"{request['parent']}/batches/{request['batch_id']}"))
 
     @staticmethod
     def _operation(parent: str) -> str:
@@ -138,11 +141,40 @@ def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db,
     properties = dict(request["batch"].runtime_config.properties)
     assert properties["spark.dataproc.executor.resource.accelerator.type"] == "l4"
     assert request["batch"].pyspark_batch.main_python_file_uri.startswith(f"gs://{BUCKET}/gpuflow/")
-    assert dict(request["batch"].labels) == {"gpuflow-run": run_prefix(DAG_ID, run.run_id)}  # the janitor's proof
+    # the janitor's proof, beside the provider's own labels
+    assert dict(request["batch"].labels) == {"gpuflow-run": run_prefix(DAG_ID, run.run_id),
+                                             "airflow-dag-id": "dataproc-gpu-batch", "airflow-task-id": "batch",
+                                             "airflow-dag-display-name": "dataproc-gpu-batch"}
     assert fake.deleted == [f"projects/gpuflow-dataproc-test/locations/us-central1/batches/{batch_id}"]
     (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "batch"]
-    assert ti.xcom_pull(task_ids="batch", key="_link_DataprocConsoleLink") == (
+    # the provider's DataprocBatchLink, as Airflow stores it once the task ends: its URL
+    assert ti.xcom_pull(task_ids="batch", key="dataproc_batch") == (
         f"https://console.cloud.google.com/dataproc/batches/us-central1/{batch_id}/monitoring?project=gpuflow-dataproc-test")
+
+
+def test_a_retry_finds_the_runs_batch_and_waits_for_it(airflow_db, gcp_dataproc):
+    """A second try of the same run: the create answers AlreadyExists, and the task waits for that batch."""
+    from google.api_core.exceptions import AlreadyExists
+
+    fake = gcp_dataproc(dataproc_v1.Batch.State.SUCCEEDED)
+    first_try = fake.create_batch
+
+    def create_batch(request, **kwargs):
+        if fake.created:
+            raise AlreadyExists(f"Batch {request['parent']}/batches/{request['batch_id']} already exists")
+        return first_try(request, **kwargs)
+
+    fake.create_batch = create_batch
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.operators.dataproc import DataprocBatchOperator
+
+    config = load_config(gcp_conf()["config_file"]).model_dump(mode="json")
+    results = []
+    for _ in range(2):
+        operator = DataprocBatchOperator(task_id="batch", config_json=config, deferrable=False,
+                                         polling_interval_seconds=0.05)
+        results.append(operator.execute(kill_context(operator)))
+    assert len(fake.created) == 1 and results[0] == results[1] and results[1]["accelerator_count"] == 2
 
 
 def test_gcp_failure_still_cleans_up_and_the_run_fails(airflow_db, gcp_dataproc):
@@ -175,12 +207,10 @@ def test_gcp_a_kill_cancels_the_batch_deferred_or_waiting_in_the_worker(airflow_
     fake = gcp_dataproc(dataproc_v1.Batch.State.SUCCEEDED)
     fake.states = [dataproc_v1.Batch.State.RUNNING]  # it runs until cancelled
     config = load_config(gcp_conf()["config_file"])
-    with DAG("dataproc_kill", schedule=None) as dag:
+    with DAG("dataproc_kill", schedule=None):
         operator = DataprocBatchOperator(task_id="batch", config_json=config.model_dump(mode="json"),
-                                         deferrable=deferrable, poll_interval=0.05)
-    pushed = {}
-    context = {"ti": SimpleNamespace(xcom_push=lambda key, value: pushed.update({key: value})), "dag": dag,
-               "run_id": "manual__2026-12-04T00:00:00+00:00"}
+                                         deferrable=deferrable, polling_interval_seconds=0.05)
+    context = kill_context(operator)
     if deferrable:
         with pytest.raises(TaskDeferred) as deferred:
             operator.execute(context)
@@ -191,10 +221,19 @@ def test_gcp_a_kill_cancels_the_batch_deferred_or_waiting_in_the_worker(airflow_
         worker = threading.Thread(target=lambda: ended.append(
             pytest.raises(AirflowFailException, operator.execute, context)), daemon=True)
         worker.start()
-        wait_until(lambda: "operation" in pushed, "the batch's creation, known to the task", 30)  # then it waits
+        wait_until(lambda: fake.created, "the batch's creation", 30)  # then it waits
         assert fake.created and fake.cancelled == []
         operator.on_kill()
         worker.join(timeout=30)
         assert not worker.is_alive() and "CANCELLED" in str(ended[0].value)  # the wait ended with the cancel
     (created,) = fake.created
-    assert fake.cancelled == [f"{created['parent']}/operations/op-1"] == [pushed["operation"]]
+    assert fake.cancelled == [f"{created['parent']}/operations/op-1"]
+
+
+def kill_context(operator):
+    """What the batch task's execute reads of a context, for a task run outside a DAG run."""
+    from airflow.sdk import DAG
+
+    dag = operator.dag if operator.has_dag() else DAG("dataproc_direct", schedule=None)
+    return {"ti": SimpleNamespace(xcom_push=lambda key, value: None), "dag": dag,
+            "run_id": "manual__2026-12-04T00:00:00+00:00"}

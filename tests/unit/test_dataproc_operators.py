@@ -22,9 +22,17 @@ CONFIG = load_config("configs/dataproc.example.yaml", overrides=["profile=gcp", 
 
 
 class FakeBatchClient:
+    """Dataproc's BatchControllerClient: a batch names the operation that created it."""
+
     def __init__(self):
         self.cancelled, self.deleted = [], []
         self.transport = SimpleNamespace(operations_client=SimpleNamespace(cancel_operation=self.cancel))
+
+    def get_batch(self, request, retry=None, timeout=None, metadata=()):
+        from google.cloud import dataproc_v1
+
+        parent = request["name"].split("/batches/")[0].replace("/locations/", "/regions/")
+        return dataproc_v1.Batch(name=request["name"], operation=f"{parent}/operations/op-7")
 
     def cancel(self, name):
         self.cancelled.append(name)
@@ -33,28 +41,35 @@ class FakeBatchClient:
         raise NotFound(f"Batch {request['name']} not found")
 
 
-def test_on_kill_cancels_the_batch_operation(monkeypatch):
+def team_batch_operator(**kwargs):
+    """The operator as a team's DAG uses it: the provider's arguments, no gpuflow configuration."""
+    return DataprocBatchOperator(task_id="batch", project_id="my-project-1", region="us-central1",
+                                 batch={"pyspark_batch": {"main_python_file_uri": "gs://b/job.py"}},
+                                 batch_id="gf-1-gpu-batch", **kwargs)
+
+
+@pytest.mark.parametrize("cancel_on_kill", [True, False])
+def test_on_kill_cancels_the_batch_by_its_id_unless_told_not_to(monkeypatch, cancel_on_kill):
+    """Also a try that found its batch there (AlreadyExists) and so holds no operation of its own."""
     from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
 
     client = FakeBatchClient()
     monkeypatch.setattr(DataprocHook, "get_batch_client", lambda self, region=None: client)
-    operator = DataprocBatchOperator(task_id="batch")
-    operator._config = CONFIG
-    operator._operation_name = "projects/my-project-1/regions/us-central1/operations/op-7"
+    operator = team_batch_operator(cancel_on_kill=cancel_on_kill)
+    assert operator.operation is None
     operator.on_kill()
-    assert client.cancelled == ["projects/my-project-1/regions/us-central1/operations/op-7"]
+    assert client.cancelled == (["projects/my-project-1/regions/us-central1/operations/op-7"] if cancel_on_kill
+                                else [])
 
 
-def test_cancel_on_kill_false_leaves_the_batch_running(monkeypatch):
-    from airflow.providers.google.cloud.hooks.dataproc import DataprocHook
-
-    client = FakeBatchClient()
-    monkeypatch.setattr(DataprocHook, "get_batch_client", lambda self, region=None: client)
-    operator = DataprocBatchOperator(task_id="batch", cancel_on_kill=False)
-    operator._config = CONFIG
-    operator._operation_name = "projects/my-project-1/regions/us-central1/operations/op-7"
-    operator.on_kill()
-    assert client.cancelled == []
+def test_it_takes_a_configuration_or_the_providers_arguments_not_both(monkeypatch):
+    with pytest.raises(TypeError, match="not both: region, batch"):
+        team_batch_operator(config_json=CONFIG.model_dump(mode="json"))
+    with pytest.raises(TypeError, match="needs config_json"):
+        DataprocBatchOperator(task_id="batch", region="us-central1")
+    assert team_batch_operator().deferrable is True  # the tests' [operators] default_deferrable
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "False")
+    assert team_batch_operator().deferrable is False  # read when the task is built, not when the module loaded
 
 
 def test_deleting_a_batch_that_is_not_there_is_fine(monkeypatch):

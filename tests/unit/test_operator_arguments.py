@@ -35,6 +35,9 @@ def attributes_read(cls: type) -> set[str]:
                 read |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
                          and isinstance(node.value, ast.Name) and node.value.id == "self"
                          and isinstance(node.ctx, ast.Load)}
+    # a provider operator's own arguments, which a gpuflow subclass passes on to its __init__
+    read |= {name for klass in cls.__mro__ if klass.__module__.startswith("airflow.providers.")
+             and "__init__" in vars(klass) for name in inspect.signature(klass.__init__).parameters}
     # PlainArguments.trusted_config reads each plain argument by name (getattr), from these two mappings
     from gpuflow.operators.base import PlainArguments
 
@@ -68,9 +71,10 @@ def test_deferrable_defaults_to_airflows_operators_default_deferrable(monkeypatc
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", site)
     waiting = [cls for cls in OPERATORS if "deferrable" in own_arguments(cls)]
     assert len(waiting) >= 10, [cls.__name__ for cls in waiting]
+    given = {"config_json": "{{ ti.xcom_pull('preflight') }}"}  # what the Dataproc batch needs to be built
     for cls in waiting:
-        assert cls(task_id="t").deferrable is (site == "True"), cls.__name__
-        assert cls(task_id="t", deferrable=site != "True").deferrable is (site != "True"), cls.__name__
+        assert cls(task_id="t", **given).deferrable is (site == "True"), cls.__name__
+        assert cls(task_id="t", deferrable=site != "True", **given).deferrable is (site != "True"), cls.__name__
 
 
 def documented(cls: type) -> set[str]:

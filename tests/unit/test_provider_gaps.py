@@ -186,3 +186,37 @@ def test_the_cloud_build_hook_cannot_wait_on_a_build_by_its_id():
     waits = sorted(name for name in vars(cloud_build) if name.startswith("wait"))
     assert all("operation" in parameters(getattr(cloud_build, name)) for name in waits), (
         f"provider {PROVIDER}: CloudBuildHook has {waits}; operators/base.py (wait_for) claims no wait by build id")
+
+
+def dataproc_operator(name: str) -> type:
+    return getattr(importlib.import_module("airflow.providers.google.cloud.operators.dataproc"), name)
+
+
+def test_the_providers_dataproc_create_batch_lacks_what_gpuflows_subclass_adds():
+    """operators/dataproc.py (DataprocBatchOperator, PacedDataprocHook) claims three gaps of the provider's operator:
+    its on_kill cancels only the operation its own create returned (none after a retry's AlreadyExists); it defers
+    with no timeout, to DataprocBatchTrigger (no on_kill, no timeout: above); waiting in its worker, it calls
+    wait_for_batch without its polling interval (the hook then polls every 10 s)."""
+    import re
+
+    create = dataproc_operator("DataprocCreateBatchOperator")
+    on_kill = inspect.getsource(create.on_kill)
+    assert "self.operation" in on_kill and "batch_id" not in on_kill, (
+        f"provider {PROVIDER}: DataprocCreateBatchOperator.on_kill cancels by batch id now; DataprocBatchOperator's "
+        "on_kill can go")
+    execute = inspect.getsource(create.execute)
+    (deferral,) = re.findall(r"self\.defer\((.*?)method_name", execute, re.DOTALL)
+    assert "DataprocBatchTrigger(" in deferral and "timeout" not in deferral, (
+        f"provider {PROVIDER}: DataprocCreateBatchOperator defers with a timeout now; DataprocBatchOperator.defer "
+        "can go")
+    assert "wait_check_interval" not in execute, (
+        f"provider {PROVIDER}: DataprocCreateBatchOperator waits at its polling interval now; PacedDataprocHook can go")
+
+
+def test_the_providers_dataproc_delete_batch_fails_on_a_batch_that_is_not_there():
+    """operators/dataproc.py (DataprocCleanupOperator): the cleanup deletes through DataprocHook.delete_batch itself,
+    since DataprocDeleteBatchOperator lets NotFound fail the task (a teardown after a failed submit finds none)."""
+    source = inspect.getsource(dataproc_operator("DataprocDeleteBatchOperator").execute)
+    assert "delete_batch" in source and "NotFound" not in source, (
+        f"provider {PROVIDER}: DataprocDeleteBatchOperator accepts a missing batch now; DataprocCleanupOperator can "
+        "be the provider's")

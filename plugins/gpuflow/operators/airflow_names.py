@@ -11,15 +11,22 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+    from airflow.sdk.exceptions import (
+        AirflowException,
+        AirflowFailException,
+        AirflowSensorTimeout,
+        AirflowSkipException,
+    )
 except ImportError:  # Airflow 3.1 (typed as 3.3's, which mypy reads)
     from airflow.exceptions import (  # type: ignore[attr-defined, no-redef]
         AirflowException,
         AirflowFailException,
+        AirflowSensorTimeout,
         AirflowSkipException,
     )
 
-__all__ = ["AirflowException", "AirflowFailException", "AirflowSkipException", "cron_data_interval_timetable"]
+__all__ = ["AirflowException", "AirflowFailException", "AirflowSensorTimeout", "AirflowSkipException",
+           "cron_data_interval_timetable"]
 
 
 def cron_data_interval_timetable(cron: str, timezone: str = "UTC") -> Any:

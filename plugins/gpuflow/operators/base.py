@@ -2,7 +2,9 @@
 step operator that runs one step in the profile's environment (console links: ``gpuflow.operators.links``).
 
 Importing the operators is cheap: the steps, and through them torch, Beam and the Google clients, are imported
-inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports only its own module.
+inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports only its own module. (The
+Dataproc batch extends the provider's operator, whose module its DAG file names, so that the dag-processor imports
+it once, before it forks each parse.)
 """
 
 from __future__ import annotations
@@ -176,6 +178,38 @@ def event_succeeded(event: dict[str, Any] | None) -> bool:
     return event is not None and event.get("status") == "success"
 
 
+def trusted_config(task: BaseOperator, config_json: Any, context: Any) -> GpuflowConfig:
+    """The configuration this task acts on: preflight's XCom (``config_json``), checked against what preflight
+    derives again, now, from the configuration file and the run's conf (its ``derive_config``). They differ when
+    the XCom was edited after preflight (the REST API and the UI let whoever may trigger a run edit XComs and clear
+    tasks) or the file changed since: the task then refuses, having done nothing.
+
+    A task whose DAG has no gpuflow preflight upstream (a DAG of the user's own that hands it a configuration
+    some other way) acts on what it is given: that DAG's author chose it."""
+    from pydantic import ValidationError
+
+    from gpuflow.configuration.loading import config_from_json
+
+    preflights = [upstream for upstream in task.get_flat_relatives(upstream=True) if hasattr(upstream, "derive_config")]
+    if len(preflights) != 1:
+        return config_from_json(config_json)
+    derived: GpuflowConfig = preflights[0].derive_config(context)
+    ours = derived.model_dump(mode="json")
+    try:
+        theirs = config_from_json(config_json).model_dump(mode="json")
+    except ValidationError:  # not even a configuration (an XCom rewritten as text, say): nothing matches
+        theirs = {}
+    if theirs != ours:
+        differing = _differing_keys(theirs, ours) if theirs else ["(not a configuration at all)"]
+        raise AirflowFailException(
+            f"the configuration this task was handed (the XCom of {preflights[0].task_id}) is not what "
+            f"{preflights[0].task_id} derives from the configuration file and this run's conf: "
+            f"{', '.join(differing[:12])}{' …' if len(differing) > 12 else ''} differ. This task did nothing. Fix: "
+            "trigger a new run. (An XCom edited after preflight is refused; so is a run whose configuration "
+            "file changed since its preflight.)")
+    return derived
+
+
 class GpuflowStepOperator(BaseOperator):
     """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment.
     A step that waits for nothing (``execute_step``) takes its configuration and nothing else; one that waits on a
@@ -192,35 +226,7 @@ class GpuflowStepOperator(BaseOperator):
         self.config_json = config_json
 
     def trusted_config(self, context: Any) -> GpuflowConfig:
-        """The configuration this task acts on: preflight's XCom (``config_json``), checked against what preflight
-        derives again, now, from the configuration file and the run's conf (its ``derive_config``). They differ when
-        the XCom was edited after preflight (the REST API and the UI let whoever may trigger a run edit XComs and clear
-        tasks) or the file changed since: the task then refuses, having done nothing.
-
-        A task whose DAG has no gpuflow preflight upstream (a DAG of the user's own that hands it a configuration
-        some other way) acts on what it is given: that DAG's author chose it."""
-        from pydantic import ValidationError
-
-        from gpuflow.configuration.loading import config_from_json
-
-        preflights = [task for task in self.get_flat_relatives(upstream=True) if hasattr(task, "derive_config")]
-        if len(preflights) != 1:
-            return config_from_json(self.config_json)
-        derived: GpuflowConfig = preflights[0].derive_config(context)
-        ours = derived.model_dump(mode="json")
-        try:
-            theirs = config_from_json(self.config_json).model_dump(mode="json")
-        except ValidationError:  # not even a configuration (an XCom rewritten as text, say): nothing matches
-            theirs = {}
-        if theirs != ours:
-            differing = _differing_keys(theirs, ours) if theirs else ["(not a configuration at all)"]
-            raise AirflowFailException(
-                f"the configuration this task was handed (the XCom of {preflights[0].task_id}) is not what "
-                f"{preflights[0].task_id} derives from the configuration file and this run's conf: "
-                f"{', '.join(differing[:12])}{' …' if len(differing) > 12 else ''} differ. This task did nothing. Fix: "
-                "trigger a new run. (An XCom edited after preflight is refused; so is a run whose configuration "
-                "file changed since its preflight.)")
-        return derived
+        return trusted_config(self, self.config_json, context)
 
     def _in_platform(self, context: Any, step: Any, **kwargs: Any) -> Any:
         from gpuflow.platform import get_platform

@@ -7,12 +7,17 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from airflow.providers.google.cloud.sensors.gcs import GCSObjectExistenceSensor
 from airflow.sdk import Asset
 
-from gpuflow.operators.airflow_names import AirflowException, AirflowFailException, AirflowSkipException
-from gpuflow.operators.base import GpuflowStepOperator, JobWaitingOperator
+from gpuflow.operators.airflow_names import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+)
+from gpuflow.operators.base import GpuflowStepOperator, trusted_config
 from gpuflow.operators.streaming import (
     CleanupOperator,
     GpuUsageCheck,
@@ -52,55 +57,92 @@ class BatchPreflightOperator(PreflightOperator):
             raise AirflowFailException(str(error)) from None
 
 
-class WaitForInputOperator(JobWaitingOperator):
-    """Finds the interval's input; when there is none yet, waits, deferred, up to batch.input_wait_s for it to
-    appear. Still none: batch.missing_input skips the run's other tasks, or fails the run. local: files on local disk
-    or in the storage emulator; gcp: objects in Cloud Storage.
+class WaitForInputOperator(GCSObjectExistenceSensor):
+    """Finds the interval's input (batch.input, a filled glob), with the provider's
+    ``GCSObjectExistenceSensor(use_glob=True)``: none yet, it waits up to batch.input_wait_s (the sensor's
+    ``timeout``), deferred or poking in its worker, every batch.input_poll_interval_s; still none,
+    ``batch.missing_input: skip`` is the sensor's ``soft_fail`` (the run's other tasks are skipped), ``fail`` fails
+    the run without a retry. gcp: objects in Cloud Storage, through the sensor's own poke. local: files in the
+    storage emulator (the same poke) or on local disk (a glob).
 
-    It waits with the trigger that ``GCSObjectExistenceSensor(use_glob=True, deferrable=True)`` defers to,
-    ``GCSBlobTrigger`` (``gpuflow.triggers.batch_input``), not with the sensor (apache-airflow-providers-google
-    22.8.0). Not for parse cost (named in a DAG file, the sensor parsed at 1.14 times a bare one-task DAG the way
-    the dag-processor parses: docs/benchmarks.md), but because one task serves both profiles: on the local profile
-    the input lies on local disk or in the storage emulator, which the provider's async client finds only through
-    the triggerer's environment. (On gcp the sensor would do: it defers with its ``timeout``, and ``soft_fail`` turns
-    the timeout into a skip, as ``batch.missing_input: skip`` does.)"""
+    What gpuflow adds to the sensor: its arguments come from the validated configuration when the task runs
+    (``configure``); deferred, it waits in ``gpuflow.triggers.batch_input``'s triggers (``defer``): on gcp the sensor's
+    ``GCSBlobTrigger``, bounded (provider gap: it waits without end, and ``dag.test()`` enforces no deferral timeout),
+    on the local profile one that finds the emulator, which the provider's async client finds only through the
+    triggerer's environment.
 
+    :param config_json: the validated configuration, ``BatchPreflightOperator``'s result (``preflight.output``).
+    :param deferrable: the sensor's; None (the default): Airflow's ``[operators] default_deferrable``, read when the
+        DAG is parsed.
+    """
+
+    template_fields: Sequence[str] = (*GCSObjectExistenceSensor.template_fields, "config_json")
     execution_timeout_from = "input"  # its execution_timeout: gpuflow.runs.task_timeouts
-
     ui_color = "#fff3cd"
+    _config: GpuflowConfig | None = None
+    _platform: Platform | None = None
 
-    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
-        from gpuflow.steps.batch import find_input
+    def __init__(self, *, config_json: Any, deferrable: bool | None = None, **kwargs: Any) -> None:
+        if deferrable is None:  # read here, not in the signature: a site's setting after this module's import counts
+            from airflow.providers.common.compat.sdk import conf
 
-        files = find_input(config, platform.conn_id)
-        if files:
-            return {"input": config.batch.input, "files": files}
-        if config.batch.input_wait_s > 0:
-            from gpuflow.triggers.batch_input import input_trigger
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
+        super().__init__(bucket="", object="", use_glob=True, deferrable=deferrable, **kwargs)
+        self.config_json = config_json
 
-            log.info("no file matches %s yet: waiting up to %.0fs (checking every %.0fs)", config.batch.input,
-                     config.batch.input_wait_s, config.batch.input_poll_interval_s)
-            return self.wait_for(context, input_trigger(config), config.batch.input_wait_s)
-        return self._missing(config, f"{config.batch.input} matches no file")
+    def configure(self, context: Any) -> GpuflowConfig:
+        """The sensor's arguments, from the trusted configuration."""
+        from gpuflow.platform import get_platform
 
-    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
-                              event: dict[str, Any]) -> Any:
-        from gpuflow.steps.batch import find_input
+        config = self._config = trusted_config(self, self.config_json, context)
+        platform = self._platform = get_platform(config)
+        batch = config.batch
+        self.bucket, _, self.object = batch.input.removeprefix("gs://").partition("/")
+        identity = config.hook_identity(platform.conn_id)
+        self.google_cloud_conn_id, self.impersonation_chain = identity["gcp_conn_id"], identity["impersonation_chain"]
+        self.timeout, self.poke_interval = batch.input_wait_s, batch.input_poll_interval_s
+        self.soft_fail = batch.missing_input == "skip"
+        return config
 
-        files = find_input(config, platform.conn_id)
-        if files:
-            return {"input": config.batch.input, "files": files}
+    def execute(self, context: Any) -> Any:
+        self.configure(context)
+        return super().execute(context)
+
+    def poke(self, context: Any) -> bool:
+        config, platform = self._config, self._platform
+        assert config is not None and platform is not None  # (execute configured them)
+        with platform.environment():
+            if config.batch.input.startswith("gs://"):
+                found = super().poke(context)
+            else:
+                from gpuflow.steps.batch import find_input
+
+                found = self._matches = bool(find_input(config, platform.conn_id))
+        if not found:
+            log.info("no file matches %s yet: waiting up to %.0fs (checking every %.0fs); then batch.missing_input "
+                     "(%s)", config.batch.input, self.timeout, self.poke_interval, config.batch.missing_input)
+        return found
+
+    def defer(self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = None,
+              timeout: Any = None) -> NoReturn:
+        """The sensor's deferral, to the profile's bounded trigger (``gpuflow.triggers.batch_input``)."""
+        from gpuflow.operators.base import deferral_timeout
+        from gpuflow.triggers.batch_input import input_trigger
+
+        assert self._config is not None  # (execute configured it)
+        super().defer(trigger=input_trigger(self._config), method_name=method_name, kwargs=kwargs,
+                      timeout=deferral_timeout(self.timeout))
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        """The trigger's event: a match, an error, or none within batch.input_wait_s (then soft_fail applies)."""
+        config = self.configure(context)
+        if event.get("status") == "timeout":
+            fix = ("batch.missing_input is skip, so the run's other tasks are skipped" if self.soft_fail else
+                   "Fix: put the interval's JSONL files there and clear this task, or set batch.missing_input: skip")
+            raise AirflowSensorTimeout(f"no input for this interval: {event.get('message')}. {fix}")
         if event.get("status") == "error":
-            raise AirflowException(f"waiting for the input failed: {event.get('message')}")
-        return self._missing(config, event.get("message") or "no input")
-
-    @staticmethod
-    def _missing(config: GpuflowConfig, why: str) -> None:
-        if config.batch.missing_input == "skip":
-            raise AirflowSkipException(f"no input for this interval ({why}); batch.missing_input is skip, so the "
-                                       "run's other tasks are skipped")
-        raise AirflowFailException(f"no input for this interval: {why}. Fix: put the interval's JSONL files there "
-                                   "and clear this task, or set batch.missing_input: skip")
+            raise AirflowException(f"waiting for {config.batch.input} failed: {event.get('message')}")
+        return super().execute_complete(context, event)
 
 
 class BatchSetupOperator(SetupResourcesOperator):

@@ -47,8 +47,3 @@ class VertexAIConsoleLink(XComUrlLink):
 class CloudBuildConsoleLink(XComUrlLink):
     name = "Cloud Build"
     source_key = "cloud_build_url"
-
-
-class DataprocConsoleLink(XComUrlLink):
-    name = "Dataproc batch"
-    source_key = "dataproc_batch_url"

@@ -18,6 +18,3 @@ def vertex_custom_job_url(project: str, job_name: str) -> str:
 def cloud_build_url(project: str, region: str, build_id: str) -> str:
     return f"{CONSOLE}/cloud-build/builds;region={region}/{build_id}?project={project}"
 
-
-def dataproc_batch_url(project: str, region: str, batch_id: str) -> str:
-    return f"{CONSOLE}/dataproc/batches/{region}/{batch_id}/monitoring?project={project}"

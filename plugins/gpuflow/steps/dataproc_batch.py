@@ -107,41 +107,20 @@ def read_driver_output(config: GpuflowConfig, output_uri: str) -> str:
                    for name in sorted(gcs.list(bucket, prefix=prefix)))
 
 
-def create_gcp_batch(config: GpuflowConfig, batch_id: str, prefix: str,
-                     lease: tuple[str, str] | None = None) -> str | None:
-    """Create the batch with the provider's DataprocHook, without waiting; return its operation's name (None when
-    a retry of this run finds the batch there already). The task then defers until the batch ends."""
-    from google.api_core.exceptions import AlreadyExists
-
-    from gpuflow.dataproc.serverless import build_batch
-
-    batch = build_batch(config, staged_main_file_uri(config, prefix, lease), labels={"gpuflow-run": prefix})
-    log.info("submitting Dataproc batch %s in %s with %s", batch_id, config.region, dict(batch.runtime_config.properties))
-    try:
-        operation = _hook(config).create_batch(region=config.region, project_id=config.project, batch=batch,
-                                               batch_id=batch_id)
-    except AlreadyExists:
-        log.info("batch %s exists already (a retry of this run); waiting for it", batch_id)
-        return None
-    return str(operation.operation.name)
-
-
-def finished_gcp_batch(config: GpuflowConfig, batch_id: str, state: str, state_message: str) -> dict[str, Any]:
-    """The ended batch's result from its driver output; a batch that did not succeed raises with cause and fix."""
+def failure_message(batch_id: str, state: str, state_message: str) -> str:
+    """A batch that did not succeed: its state and message, with the cause and fix when the message is a known one."""
     from gpuflow.gpus.troubleshoot import classify
 
-    if state != "SUCCEEDED":
-        diagnosis = classify(state_message or "")
-        advice = f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}" if diagnosis else ""
-        raise BatchFailed(f"batch {batch_id} ended {state}: {state_message}.{advice}")
-    finished = _hook(config).get_batch(batch_id=batch_id, region=config.region, project_id=config.project)
-    result = parse_result(read_driver_output(config, finished.runtime_info.output_uri))
+    diagnosis = classify(state_message)
+    advice = f" Cause: {diagnosis.cause}. Fix: {diagnosis.fix}" if diagnosis else ""
+    return f"batch {batch_id} ended {state}: {state_message}.{advice}"
+
+
+def batch_result(config: GpuflowConfig, batch_id: str, output_uri: str) -> dict[str, Any]:
+    """The succeeded batch's ``GPUFLOW_RESULT``, from its driver output."""
+    result = parse_result(read_driver_output(config, output_uri))
     log.info("Dataproc batch %s: %d GPU(s) on the executors", batch_id, result["accelerator_count"])
     return result
-
-
-def cancel_gcp_batch(config: GpuflowConfig, operation_name: str) -> None:
-    _hook(config).get_operations_client(config.region).cancel_operation(name=operation_name)
 
 
 def delete_gcp_batch(config: GpuflowConfig, batch_id: str) -> bool:

@@ -1,5 +1,6 @@
-"""Wait for a batch interval's input in the triggerer, up to ``batch.input_wait_s``; then an event says whether any
-file matched (the task checks again, and applies ``batch.missing_input``).
+"""Where the batch's input sensor (``WaitForInputOperator``, the provider's ``GCSObjectExistenceSensor``) waits,
+deferred, up to ``batch.input_wait_s``; then an event says whether any file matched (the sensor's ``soft_fail``
+applies ``batch.missing_input``).
 
 - gcp: the provider's ``GCSBlobTrigger`` with ``use_glob`` (objects.list's matchGlob). Provider gap
   (apache-airflow-providers-google 22.8.0): its constructor takes no timeout, and it waits without end, so gpuflow

@@ -125,11 +125,14 @@ class CancellingDataprocBatchTrigger(_TimeoutAndCancel, DataprocBatchTrigger):
     async def cancel_job(self) -> None:
         from asgiref.sync import sync_to_async
 
-        def cancel() -> None:
-            hook = self.get_sync_hook()  # type: ignore[no-untyped-call]  # (the provider's, unannotated)
-            batch = hook.get_batch(batch_id=self.batch_id, region=self.region, project_id=self.project_id)
-            if batch.operation:
-                hook.get_operations_client(self.region).cancel_operation(name=batch.operation)
-
-        await sync_to_async(cancel)()
+        hook = self.get_sync_hook()  # type: ignore[no-untyped-call]  # (the provider's, unannotated)
+        await sync_to_async(cancel_dataproc_batch)(hook, self.batch_id, self.region, self.project_id)
         self.log.info("requested the cancellation of %s", self.what)
+
+
+def cancel_dataproc_batch(hook: Any, batch_id: str, region: str, project_id: str) -> None:
+    """Cancel a batch through the operation that created it (``Batch.operation``), with the provider's DataprocHook:
+    the batch ends CANCELLED."""
+    batch = hook.get_batch(batch_id=batch_id, region=region, project_id=project_id)
+    if batch.operation:
+        hook.get_operations_client(region).cancel_operation(name=batch.operation)
