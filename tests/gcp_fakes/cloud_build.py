@@ -15,11 +15,12 @@ Importance = dataflow_v1beta3.JobMessageImportance
 
 
 class FakeCloudBuild:
-    """Cloud Build: QUEUED, WORKING, then SUCCESS (the tag then exists in the fake registry) or FAILURE."""
+    """Cloud Build: QUEUED, WORKING (``polls_until_done``: both, one or neither), then SUCCESS (the tag then exists in
+    the fake registry) or FAILURE."""
 
     def __init__(self, registry: FakeArtifactRegistry, fail_with: str = "",
-                 default_account: str = "123456789012@cloudbuild.gserviceaccount.com"):
-        self.registry, self.fail_with = registry, fail_with
+                 default_account: str = "123456789012@cloudbuild.gserviceaccount.com", polls_until_done: int = 2):
+        self.registry, self.fail_with, self.polls_until_done = registry, fail_with, polls_until_done
         self.default_account = default_account  # what the project's organization settings chose; "" for none
         self.requests: list[tuple[str, Any]] = []
         self.statuses: list[Any] = []
@@ -28,7 +29,8 @@ class FakeCloudBuild:
         assert isinstance(request, cloudbuild_v1.CreateBuildRequest)
         self.requests.append(("create_build", request))
         status = cloudbuild_v1.Build.Status
-        self.statuses = [status.QUEUED, status.WORKING, status.FAILURE if self.fail_with else status.SUCCESS]
+        self.statuses = [*[status.QUEUED, status.WORKING][2 - self.polls_until_done:],
+                         status.FAILURE if self.fail_with else status.SUCCESS]
         return SimpleNamespace(metadata=cloudbuild_v1.BuildOperationMetadata(
             build=cloudbuild_v1.Build(id="b7e1c0de", status=status.QUEUED)))
 

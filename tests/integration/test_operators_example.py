@@ -1,5 +1,5 @@
 """docs/operators.md's team DAG, as written there, run with dag.test(): a team's own tasks around gpuflow's quota
-check and GPU check, given plain arguments and no gpuflow configuration file. On the local profile for real; on
+check, image build and GPU check, given plain arguments and no gpuflow configuration file. On the local profile for real; on
 the gcp profile with Google Cloud's control planes faked (tests/gcp_fakes), GCS the emulator."""
 
 import json
@@ -15,7 +15,6 @@ DOC = ROOT / "docs" / "operators.md"
 MARKER = "<!-- example-dag -->"
 LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 BUCKET = "gpuflow-team-readiness"
-IMAGE = f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/team/gpu-worker:2026-12"
 
 
 def example_dag_source() -> str:
@@ -53,26 +52,34 @@ def test_the_team_dag_runs_on_the_local_profile_with_plain_arguments(airflow_db,
     monkeypatch.setenv("AIRFLOW_VAR_GPU_TEAM_PROFILE", "local")  # the team's Variables: the offline profile
     run = team_dag(tmp_path, monkeypatch).test()
     # This machine: nvidia-smi lists no GPU, and the GPU check ran on the local runner and reported none.
-    assert succeeded(run) == {"quota": "nvidia-smi", "gpu_found": False}
+    # No Docker engine here: the worker image was rendered and checked, not built.
+    assert succeeded(run) == {"quota": "nvidia-smi", "image_built": False, "gpu_found": False}
 
 
 def test_the_team_dag_runs_on_gcp_with_plain_arguments(airflow_db, gcs_bucket, gcp_env, tmp_path, monkeypatch):
     from google.cloud import dataflow_v1beta3
 
     from gpuflow.configuration.model import GpuflowConfig
-    from tests.gcp_fakes import FakeDataflow, FakeGoogleCloud, FakeWorkers
+    from tests.gcp_fakes import FakeArtifactRegistry, FakeCloudBuild, FakeDataflow, FakeGoogleCloud, FakeWorkers
 
     gcs_bucket(BUCKET)
-    for name, value in {"PROJECT": GCP_TEST_PROJECT, "REGION": "us-central1", "BUCKET": BUCKET,
-                        "IMAGE": IMAGE}.items():
+    for name, value in {"PROJECT": GCP_TEST_PROJECT, "REGION": "us-central1", "BUCKET": BUCKET}.items():
         monkeypatch.setenv(f"AIRFLOW_VAR_GPU_TEAM_{name}", value)
     workers = FakeWorkers(GpuflowConfig.model_validate({"profile": "gcp", "project": GCP_TEST_PROJECT,
                                                         "bucket": BUCKET}), gcp_env, tmp_path)
-    cloud = FakeGoogleCloud(dataflow=FakeDataflow(workers)).install(monkeypatch)
+    registry = FakeArtifactRegistry()  # the build is done at its first poll (the team's DAG polls every 15 s)
+    cloud = FakeGoogleCloud(dataflow=FakeDataflow(workers), registry=registry,
+                            build=FakeCloudBuild(registry, polls_until_done=0)).install(monkeypatch)
 
     run = team_dag(tmp_path, monkeypatch).test()
-    # The GPU check's job ran on the workers the arguments named, and its report (an L4's) was judged.
-    assert succeeded(run) == {"quota": "compute-quota", "gpu_found": True}
+    # Cloud Build built the worker image; the GPU check's job ran in it on the workers the arguments named, and its
+    # report (an L4's) was judged.
+    assert succeeded(run) == {"quota": "compute-quota", "image_built": True, "gpu_found": True}
+    (build,) = [request for name, request in cloud.build.requests if name == "create_build"]
+    assert build.parent == f"projects/{GCP_TEST_PROJECT}/locations/us-central1"
+    (image,) = build.build.images
+    assert image.startswith(f"us-central1-docker.pkg.dev/{GCP_TEST_PROJECT}/gpuflow/l4:")
+    assert build.build.source.storage_source.bucket == BUCKET
     # The quota read was the project's and region's the Variables name, for max_num_workers (the team's task: 2)
     # times gpu_count GPUs.
     assert [(r.project, r.region) for r in cloud.regions.requests] == [(GCP_TEST_PROJECT, "us-central1")]
@@ -82,4 +89,5 @@ def test_the_team_dag_runs_on_gcp_with_plain_arguments(airflow_db, gcs_bucket, g
     environment = (launch.launch_parameter.environment if hasattr(launch, "launch_parameter")
                    else launch.launch_parameters.environment)
     assert environment.machine_type == "g2-standard-4"
+    assert image in str(launch)  # the job's workers run the image just built
     assert isinstance(launch, dataflow_v1beta3.LaunchFlexTemplateRequest | dataflow_v1beta3.LaunchTemplateRequest)

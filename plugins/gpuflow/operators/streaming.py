@@ -215,7 +215,7 @@ class ExportModelOperator(JobWaitingOperator):
         platform.cancel_export(handle.name)
 
 
-class BuildContainerOperator(JobWaitingOperator):
+class BuildContainerOperator(PlainArguments, JobWaitingOperator):
     """Renders the worker image's recipe with its lock, checks it statically, and builds it where it can; an image
     named in ``container.image`` is used as it is.
 
@@ -225,12 +225,27 @@ class BuildContainerOperator(JobWaitingOperator):
     deferred) cancels the build. A retry starts no second build: it waits on the one an earlier try started while
     that still runs, found by the run's tag among the region's newest builds.
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
+    :param gpu_type: the GPU the image is for (``nvidia-l4``, ...; default nvidia-l4; ``none``: the CPU recipe).
+    :param recipe: the recipe in docker/ (default: from the GPU type).
+    :param image: an image to use as it is, building nothing (default: built, tagged with its content's digest).
+    :param repository: the Artifact Registry Docker repository (default gpuflow).
+    :param bucket: the bucket Cloud Build's source is staged in (gcp).
     """
 
     execution_timeout_from = "build"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     operator_extra_links = (CloudBuildConsoleLink(),)
+    job_arguments = {"gpu_type": "gpu.type", "recipe": "container.recipe", "image": "container.image",
+                     "repository": "container.repository", "bucket": "bucket"}
+    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, *job_arguments)
+
+    def __init__(self, *, gpu_type: str | None = None, recipe: str | None = None, image: str | None = None,
+                 repository: str | None = None, bucket: str | None = None, **kwargs: Any) -> None:
+        self.gpu_type, self.recipe, self.image, self.repository, self.bucket = (gpu_type, recipe, image, repository,
+                                                                                bucket)
+        super().__init__(**kwargs)
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.container import build_container
