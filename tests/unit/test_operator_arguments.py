@@ -19,6 +19,8 @@ OPERATORS = sorted({cls for module in MODULES for _, cls in inspect.getmembers(m
 def own_arguments(cls: type) -> set[str]:
     """The keyword arguments gpuflow's own __init__s in the class's MRO take."""
     return {name for klass in cls.__mro__ if klass.__module__.startswith("gpuflow.") and "__init__" in vars(klass)
+            # (Airflow's metaclass also sets an inherited __init__, wrapped, on a class that defines none)
+            and vars(klass)["__init__"].__qualname__ == f"{klass.__qualname__}.__init__"
             for name, parameter in inspect.signature(klass.__init__).parameters.items()
             if name != "self" and parameter.kind is parameter.KEYWORD_ONLY}
 

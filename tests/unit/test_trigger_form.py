@@ -104,7 +104,7 @@ def form_values(layout) -> dict:
 
 def run_config(layout, params, conf):
     """The configuration a run of ``layout`` with ``conf`` reads (``params``: what Airflow validated), as preflight
-    builds it (``operators.base.config_from_params``, less the run policy's checks)."""
+    builds it (``operators.run_config.config_from_params``, less the run policy's checks)."""
     request = run_request(layout, [], params, conf or {})
     return load_config(request.config_file, request.defaults, run_values=request.values)
 

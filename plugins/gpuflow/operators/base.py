@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
-from gpuflow.runs.trigger_form import dag_form
 from gpuflow.workflow_names import GPU_POOL, PREFLIGHT_TASK
 
 if TYPE_CHECKING:
@@ -29,29 +28,6 @@ if TYPE_CHECKING:
     from gpuflow.runs.rollout import RolloutPlan
 
 log = logging.getLogger(__name__)
-
-
-def config_from_params(context: Any) -> GpuflowConfig:
-    """The run's configuration: its config file, then the fields its conf sets. A bad one fails the task without
-    retries.
-
-    What the run's conf sends is untrusted (``gpuflow.runs.run_policy``): it may hold config_file and the form's
-    declared fields only; a config_file it names must lie in configs/ or the site folder, and each field it sets
-    must be one a run may choose, checked against the file's own values, each set as a value."""
-    from gpuflow.configuration.loading import load_config
-    from gpuflow.configuration.model import ConfigError
-    from gpuflow.runs.run_policy import check_run_conf, run_request, trusted_config_file
-
-    conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
-    dag = context["dag"]
-    try:
-        request = run_request(dag_form(dag), list(dag.params.keys()), dict(context["params"]), conf)
-        config_file = str(trusted_config_file(request.config_file)) \
-            if conf.get("config_file") and request.config_file else request.config_file
-        check_run_conf(request.values, load_config(config_file, request.defaults))
-        return load_config(config_file, request.defaults, run_values=request.values)
-    except ConfigError as error:
-        raise AirflowFailException(str(error)) from None
 
 
 def validated_config(config: GpuflowConfig, context: Any, workflow: str, what: str) -> dict[str, Any]:
@@ -107,15 +83,6 @@ def fail_on_errors(findings: list[Finding], what: str) -> None:
     log.info("%s:\n%s", what, format_findings(findings))
     if has_errors(findings):
         raise AirflowFailException(str(PreflightFailed(findings)))
-
-
-def _differing_keys(left: Any, right: Any, prefix: str = "") -> list[str]:
-    """The dotted keys whose values differ between two configurations' JSON (keys only: values stay out of logs)."""
-    if isinstance(left, dict) and isinstance(right, dict):
-        keys = sorted(set(left) | set(right))
-        return [found for key in keys
-                for found in _differing_keys(left.get(key), right.get(key), f"{prefix}{key}.")]
-    return [] if left == right else [prefix.rstrip(".") or "(the whole configuration)"]
 
 
 def names_for(context: Any, config: GpuflowConfig) -> ResourceNames:
@@ -178,38 +145,6 @@ def event_succeeded(event: dict[str, Any] | None) -> bool:
     return event is not None and event.get("status") == "success"
 
 
-def trusted_config(task: BaseOperator, config_json: Any, context: Any) -> GpuflowConfig:
-    """The configuration this task acts on: preflight's XCom (``config_json``), checked against what preflight
-    derives again, now, from the configuration file and the run's conf (its ``derive_config``). They differ when
-    the XCom was edited after preflight (the REST API and the UI let whoever may trigger a run edit XComs and clear
-    tasks) or the file changed since: the task then refuses, having done nothing.
-
-    A task whose DAG has no gpuflow preflight upstream (a DAG of the user's own that hands it a configuration
-    some other way) acts on what it is given: that DAG's author chose it."""
-    from pydantic import ValidationError
-
-    from gpuflow.configuration.loading import config_from_json
-
-    preflights = [upstream for upstream in task.get_flat_relatives(upstream=True) if hasattr(upstream, "derive_config")]
-    if len(preflights) != 1:
-        return config_from_json(config_json)
-    derived: GpuflowConfig = preflights[0].derive_config(context)
-    ours = derived.model_dump(mode="json")
-    try:
-        theirs = config_from_json(config_json).model_dump(mode="json")
-    except ValidationError:  # not even a configuration (an XCom rewritten as text, say): nothing matches
-        theirs = {}
-    if theirs != ours:
-        differing = _differing_keys(theirs, ours) if theirs else ["(not a configuration at all)"]
-        raise AirflowFailException(
-            f"the configuration this task was handed (the XCom of {preflights[0].task_id}) is not what "
-            f"{preflights[0].task_id} derives from the configuration file and this run's conf: "
-            f"{', '.join(differing[:12])}{' …' if len(differing) > 12 else ''} differ. This task did nothing. Fix: "
-            "trigger a new run. (An XCom edited after preflight is refused; so is a run whose configuration "
-            "file changed since its preflight.)")
-    return derived
-
-
 class GpuflowStepOperator(BaseOperator):
     """Rebuilds the validated config from the preflight task's XCom and runs one step in the profile's environment.
     A step that waits for nothing (``execute_step``) takes its configuration and nothing else; one that waits on a
@@ -226,6 +161,8 @@ class GpuflowStepOperator(BaseOperator):
         self.config_json = config_json
 
     def trusted_config(self, context: Any) -> GpuflowConfig:
+        from gpuflow.operators.run_config import trusted_config
+
         return trusted_config(self, self.config_json, context)
 
     def _in_platform(self, context: Any, step: Any, **kwargs: Any) -> Any:

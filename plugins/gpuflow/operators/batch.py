@@ -17,7 +17,8 @@ from gpuflow.operators.airflow_names import (
     AirflowFailException,
     AirflowSensorTimeout,
 )
-from gpuflow.operators.base import GpuflowStepOperator, trusted_config
+from gpuflow.operators.base import GpuflowStepOperator
+from gpuflow.operators.run_config import trusted_config
 from gpuflow.operators.streaming import (
     CleanupOperator,
     GpuUsageCheck,
@@ -44,17 +45,6 @@ class BatchPreflightOperator(PreflightOperator):
     batch.input, batch.output and batch.dead_letter_output. It waits for nothing."""
 
     workflow = "batch"
-
-    def for_this_run(self, config: GpuflowConfig, context: Any) -> GpuflowConfig:
-        from gpuflow.configuration.model import ConfigError
-        from gpuflow.runs.batch_paths import date_fields, fill_batch_paths
-
-        # A batch run is its own: deployment.mode (the streaming DAG's) does not apply to it.
-        config = config.model_copy(update={"deployment": config.deployment.model_copy(update={"mode": "ephemeral"})})
-        try:
-            return fill_batch_paths(config, date_fields(context))
-        except ConfigError as error:
-            raise AirflowFailException(str(error)) from None
 
 
 class WaitForInputOperator(GCSObjectExistenceSensor):

@@ -13,14 +13,8 @@ from airflow.providers.google.cloud.operators.dataproc import DataprocCreateBatc
 from airflow.sdk import BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowFailException
-from gpuflow.operators.base import (
-    GpuflowStepOperator,
-    config_from_params,
-    deferral_timeout,
-    names_for,
-    trusted_config,
-    validated_config,
-)
+from gpuflow.operators.base import GpuflowStepOperator, deferral_timeout, names_for, validated_config
+from gpuflow.operators.run_config import DerivesRunConfig, trusted_config
 
 if TYPE_CHECKING:
     from gpuflow.configuration.model import GpuflowConfig
@@ -31,25 +25,17 @@ log = logging.getLogger(__name__)
 DAY_S = 24 * 3600.0
 
 
-class DataprocPreflightOperator(BaseOperator):
+class DataprocPreflightOperator(DerivesRunConfig, BaseOperator):
     """The configuration's rules (the Dataproc ones included), on both profiles; local: Java for local Spark (the
     batch needs no emulator); gcp: the project's access. It waits for nothing."""
 
+    workflow = "dataproc"
     execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> dict[str, Any]:
         return validated_config(self.derive_config(context), context, "dataproc", "the Dataproc batch")
-
-    @staticmethod
-    def derive_config(context: Any) -> GpuflowConfig:
-        """The run's configuration, from the configuration file and the run's conf (``PreflightOperator``'s)."""
-        config = config_from_params(context)
-        if config.dataproc is None:
-            raise AirflowFailException("the configuration has no dataproc section. Fix: use "
-                                       "configs/dataproc.example.yaml or add a dataproc: section.")
-        return config
 
 
 class PacedDataprocHook(DataprocHook):

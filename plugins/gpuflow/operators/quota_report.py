@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowFailException
-from gpuflow.operators.base import config_from_params, fail_on_errors
+from gpuflow.operators.base import fail_on_errors
+from gpuflow.operators.run_config import config_from_params
 
 if TYPE_CHECKING:
     from gpuflow.configuration.model import GpuflowConfig

@@ -15,13 +15,13 @@ from gpuflow.operators.base import (
     GpuflowStepOperator,
     JobWaitingOperator,
     PlainArguments,
-    config_from_params,
     event_succeeded,
     names_for,
     rollout_plan,
     validated_config,
 )
 from gpuflow.operators.links import CloudBuildConsoleLink, DataflowConsoleLink, VertexAIConsoleLink
+from gpuflow.operators.run_config import DerivesRunConfig
 from gpuflow.workflow_names import LAUNCH_TASK
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 STATE_DICT_ASSET = Asset(name="gpuflow_state_dict")
 
 
-class PreflightOperator(BaseOperator):
+class PreflightOperator(DerivesRunConfig, BaseOperator):
     """Validate the configuration and the environment; fail before anything is created.
 
     Both profiles: the configuration's own rules, then what the profile can read (local: this machine, the
@@ -59,7 +59,6 @@ class PreflightOperator(BaseOperator):
     execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#fff3cd"
-    workflow = "inference"  # which of preflight's rule sets apply
 
     def __init__(self, *, config_file: str | None = None, settings: dict[str, Any] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -71,25 +70,6 @@ class PreflightOperator(BaseOperator):
         if self.workflow == "inference" and config.deployment.mode == "persistent":
             context["ti"].xcom_push(key=ROLLOUT_KEY, value=self._plan(config, context).model_dump(mode="json"))
         return result
-
-    def derive_config(self, context: Any) -> GpuflowConfig:
-        """The run's configuration, from the configuration file and the run's conf through the run policy. Every
-        later task derives it again and compares it with this task's XCom (``GpuflowStepOperator.trusted_config``),
-        so an XCom edited after preflight acts on nothing."""
-        return self.for_this_run(self._config(context), context)
-
-    def _config(self, context: Any) -> GpuflowConfig:
-        if self.config_file is None:
-            return config_from_params(context)
-        from gpuflow.configuration.loading import load_config
-        from gpuflow.configuration.model import ConfigError
-
-        try:  # rendered again: a later task calls this on the DAG's own (unrendered) copy of this task
-            config_file = self.render_template(self.config_file, context)
-            settings = self.render_template(self.settings, context)
-            return load_config(config_file, settings)  # dotted keys, as a form's Params are set
-        except ConfigError as error:
-            raise AirflowFailException(str(error)) from None
 
     @staticmethod
     def _plan(config: GpuflowConfig, context: Any) -> RolloutPlan:
@@ -104,10 +84,6 @@ class PreflightOperator(BaseOperator):
                 return plan(config, names_for(context, config), platform)
             except ConfigError as error:  # another configuration's deployment: refused before anything is made
                 raise AirflowFailException(str(error)) from None
-
-    def for_this_run(self, config: GpuflowConfig, context: Any) -> GpuflowConfig:
-        """What the run's own context fills in (the batch DAG: its dates in the paths)."""
-        return config
 
 
 class SetupResourcesOperator(GpuflowStepOperator):

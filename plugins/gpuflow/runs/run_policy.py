@@ -7,8 +7,8 @@ switches, choices, and names whose format gpuflow checks), never code, identity,
 gets deleted. Everything else comes from the configuration file, which only those trusted people write
 (docs/security.md says who sets what).
 
-The rules run where a task reads the run's conf (``operators.base.config_from_params``: the preflight tasks), so a
-refused run has created nothing.
+The rules run where a task reads the run's conf (``operators.run_config.config_from_params``: the preflight tasks),
+so a refused run has created nothing.
 """
 
 from __future__ import annotations
