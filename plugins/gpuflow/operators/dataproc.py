@@ -77,8 +77,8 @@ class DataprocBatchOperator(DataprocCreateBatchOperator):
     :param config_json: the validated configuration, ``DataprocPreflightOperator``'s result (``preflight.output``).
     :param region: the provider's; with config_json, the configuration's.
     :param batch: the provider's; with config_json, built from the configuration's dataproc section.
-    :param batch_timeout_s: cancel the batch, and fail, when it runs longer (deferred); with config_json,
-        ``dataproc.timeout_s``.
+    :param batch_timeout_s: cancel the batch, and fail, when it runs longer (deferred; default a day); with
+        config_json, ``dataproc.timeout_s``.
     :param cancel_on_kill: cancel the batch when the task is killed (the default), deferred or not.
     :param deferrable: the provider's; None (the default): Airflow's ``[operators] default_deferrable``, read when
         the DAG is parsed.
