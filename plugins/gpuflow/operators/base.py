@@ -3,8 +3,8 @@ step operator that runs one step in the profile's environment (console links: ``
 
 Importing the operators is cheap: the steps, and through them torch, Beam and the Google clients, are imported
 inside ``execute``, never when Airflow parses a DAG file. Each DAG file imports only its own module. (The
-Dataproc batch extends the provider's operator, whose module its DAG file names, so that the dag-processor imports
-it once, before it forks each parse.)
+Dataproc batch and the batch's input sensor extend the provider's operators, whose modules their DAG files name, so
+that the dag-processor imports them once, before it forks each parse.)
 """
 
 from __future__ import annotations
@@ -140,6 +140,17 @@ def deferral_timeout(timeout_s: float) -> timedelta:
     return timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S)
 
 
+def deferrable_or_site_default(deferrable: bool | None) -> bool:
+    """An operator's ``deferrable``; None: Airflow's ``[operators] default_deferrable``, as the provider's operators
+    read it, but when the task is built rather than in a signature's default, so that a site's setting made after
+    gpuflow's modules were imported counts."""
+    if deferrable is not None:
+        return deferrable
+    from airflow.providers.common.compat.sdk import conf
+
+    return bool(conf.getboolean("operators", "default_deferrable", fallback=False))
+
+
 def event_succeeded(event: dict[str, Any] | None) -> bool:
     """A trigger's event says its job got where the task waited for (gpuflow's triggers and the provider's)."""
     return event is not None and event.get("status") == "success"
@@ -260,11 +271,8 @@ class JobWaitingOperator(GpuflowStepOperator):
     def __init__(self, *, deferrable: bool | None = None, poll_interval: float | None = None,
                  cancel_on_kill: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if deferrable is None:  # read here, not in the signature: a site's setting after this module's import counts
-            from airflow.providers.common.compat.sdk import conf
-
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable, self.poll_interval, self.cancel_on_kill = deferrable, poll_interval, cancel_on_kill
+        self.deferrable = deferrable_or_site_default(deferrable)
+        self.poll_interval, self.cancel_on_kill = poll_interval, cancel_on_kill
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Where the step goes on after its wait: the trigger's event, and what the step carried through the wait

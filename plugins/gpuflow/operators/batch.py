@@ -17,7 +17,7 @@ from gpuflow.operators.airflow_names import (
     AirflowFailException,
     AirflowSensorTimeout,
 )
-from gpuflow.operators.base import GpuflowStepOperator
+from gpuflow.operators.base import GpuflowStepOperator, deferrable_or_site_default
 from gpuflow.operators.run_config import trusted_config
 from gpuflow.operators.streaming import (
     CleanupOperator,
@@ -73,11 +73,8 @@ class WaitForInputOperator(GCSObjectExistenceSensor):
     _platform: Platform | None = None
 
     def __init__(self, *, config_json: Any, deferrable: bool | None = None, **kwargs: Any) -> None:
-        if deferrable is None:  # read here, not in the signature: a site's setting after this module's import counts
-            from airflow.providers.common.compat.sdk import conf
-
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        super().__init__(bucket="", object="", use_glob=True, deferrable=deferrable, **kwargs)
+        super().__init__(bucket="", object="", use_glob=True, deferrable=deferrable_or_site_default(deferrable),
+                         **kwargs)
         self.config_json = config_json
 
     def configure(self, context: Any) -> GpuflowConfig:

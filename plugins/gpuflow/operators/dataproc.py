@@ -13,7 +13,13 @@ from airflow.providers.google.cloud.operators.dataproc import DataprocCreateBatc
 from airflow.sdk import BaseOperator
 
 from gpuflow.operators.airflow_names import AirflowFailException
-from gpuflow.operators.base import GpuflowStepOperator, deferral_timeout, names_for, validated_config
+from gpuflow.operators.base import (
+    GpuflowStepOperator,
+    deferrable_or_site_default,
+    deferral_timeout,
+    names_for,
+    validated_config,
+)
 from gpuflow.operators.run_config import DerivesRunConfig, trusted_config
 
 if TYPE_CHECKING:
@@ -93,11 +99,8 @@ class DataprocBatchOperator(DataprocCreateBatchOperator):
                  batch: dict[str, Any] | Any | None = None, batch_timeout_s: float = DAY_S,
                  cancel_on_kill: bool = True, deferrable: bool | None = None,
                  polling_interval_seconds: float | None = None, **kwargs: Any) -> None:
-        if deferrable is None:  # read here, not in the signature: a site's setting after this module's import counts
-            from airflow.providers.common.compat.sdk import conf
-
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        super().__init__(region=region or "", batch={} if batch is None else batch, deferrable=deferrable,
+        super().__init__(region=region or "", batch={} if batch is None else batch,
+                         deferrable=deferrable_or_site_default(deferrable),
                          # (the provider annotates int seconds; its waits sleep any number of them)
                          polling_interval_seconds=polling_interval_seconds or 5,  # type: ignore[arg-type]
                          **kwargs)
