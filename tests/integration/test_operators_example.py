@@ -1,6 +1,7 @@
 """docs/operators.md's team DAG, as written there, run with dag.test(): a team's own tasks around gpuflow's quota
-check, image build and GPU check, given plain arguments and no gpuflow configuration file. On the local profile for real; on
-the gcp profile with Google Cloud's control planes faked (tests/gcp_fakes), GCS the emulator."""
+check, export, image build and GPU check, given plain arguments and no gpuflow configuration file. On the local profile
+for real (the emulators); on the gcp profile with Google Cloud's control planes faked (tests/gcp_fakes), GCS the
+emulator."""
 
 import json
 
@@ -15,6 +16,7 @@ DOC = ROOT / "docs" / "operators.md"
 MARKER = "<!-- example-dag -->"
 LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 BUCKET = "gpuflow-team-readiness"
+LOCAL_BUCKET = "gpuflow-team-readiness-local"  # its own: the two tests share an emulator
 
 
 def example_dag_source() -> str:
@@ -48,33 +50,53 @@ def succeeded(run) -> dict:
     return run.get_task_instance("readiness_report").xcom_pull(task_ids="readiness_report")
 
 
-def test_the_team_dag_runs_on_the_local_profile_with_plain_arguments(airflow_db, tmp_path, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_VAR_GPU_TEAM_PROFILE", "local")  # the team's Variables: the offline profile
+def test_the_team_dag_runs_on_the_local_profile_with_plain_arguments(airflow_db, gcs_bucket, tmp_path, monkeypatch):
+    hook = gcs_bucket(LOCAL_BUCKET)  # the team's bucket, on the emulator that STORAGE_EMULATOR_HOST names
+    for name, value in {"PROFILE": "local", "BUCKET": LOCAL_BUCKET}.items():  # the team's Variables: the offline profile
+        monkeypatch.setenv(f"AIRFLOW_VAR_GPU_TEAM_{name}", value)
     run = team_dag(tmp_path, monkeypatch).test()
     # This machine: nvidia-smi lists no GPU, and the GPU check ran on the local runner and reported none.
-    # No Docker engine here: the worker image was rendered and checked, not built.
-    assert succeeded(run) == {"quota": "nvidia-smi", "image_built": False, "gpu_found": False}
+    # No Docker engine here: the worker image was rendered and checked, not built. The demo model was exported into
+    # the team's folder of its bucket, on the emulator.
+    assert succeeded(run) == {"quota": "nvidia-smi", "weights": f"gs://{LOCAL_BUCKET}/models/team/state_dict.pth",
+                              "image_built": False, "gpu_found": False}
+    assert hook.exists(LOCAL_BUCKET, "models/team/state_dict.pth") and hook.exists(LOCAL_BUCKET, "models/team/config.json")
 
 
-def test_the_team_dag_runs_on_gcp_with_plain_arguments(airflow_db, gcs_bucket, gcp_env, tmp_path, monkeypatch):
+def test_the_team_dag_runs_on_gcp_with_plain_arguments(airflow_db, gcs_bucket, gcp_env, demo_model_dir, tmp_path,
+                                                       monkeypatch):
     from google.cloud import dataflow_v1beta3
 
     from gpuflow.configuration.model import GpuflowConfig
-    from tests.gcp_fakes import FakeArtifactRegistry, FakeCloudBuild, FakeDataflow, FakeGoogleCloud, FakeWorkers
+    from tests.gcp_fakes import (
+        FakeArtifactRegistry,
+        FakeCloudBuild,
+        FakeDataflow,
+        FakeGoogleCloud,
+        FakeVertex,
+        FakeWorkers,
+    )
 
-    gcs_bucket(BUCKET)
+    hook = gcs_bucket(BUCKET)
     for name, value in {"PROJECT": GCP_TEST_PROJECT, "REGION": "us-central1", "BUCKET": BUCKET}.items():
         monkeypatch.setenv(f"AIRFLOW_VAR_GPU_TEAM_{name}", value)
     workers = FakeWorkers(GpuflowConfig.model_validate({"profile": "gcp", "project": GCP_TEST_PROJECT,
                                                         "bucket": BUCKET}), gcp_env, tmp_path)
     registry = FakeArtifactRegistry()  # the build is done at its first poll (the team's DAG polls every 15 s)
-    cloud = FakeGoogleCloud(dataflow=FakeDataflow(workers), registry=registry,
+    cloud = FakeGoogleCloud(dataflow=FakeDataflow(workers), registry=registry, vertex=FakeVertex(gcp_env, demo_model_dir),
                             build=FakeCloudBuild(registry, polls_until_done=0)).install(monkeypatch)
 
     run = team_dag(tmp_path, monkeypatch).test()
     # Cloud Build built the worker image; the GPU check's job ran in it on the workers the arguments named, and its
     # report (an L4's) was judged.
-    assert succeeded(run) == {"quota": "compute-quota", "image_built": True, "gpu_found": True}
+    assert succeeded(run) == {"quota": "compute-quota", "weights": f"gs://{BUCKET}/models/team/state_dict.pth",
+                              "image_built": True, "gpu_found": True}
+    # A Vertex AI custom job in the Variables' project and region exported the model (its script, run by the fake
+    # from the demo model, wrote the weights to the emulator).
+    (export,) = [request for name, request in cloud.vertex.requests if name == "create_custom_job"]
+    assert export.parent == f"projects/{GCP_TEST_PROJECT}/locations/us-central1"
+    assert f"gs://{BUCKET}/models/team/state_dict.pth".replace("gs://", "/gcs/") in str(export.custom_job)
+    assert hook.exists(BUCKET, "models/team/state_dict.pth")
     (build,) = [request for name, request in cloud.build.requests if name == "create_build"]
     assert build.parent == f"projects/{GCP_TEST_PROJECT}/locations/us-central1"
     (image,) = build.build.images

@@ -111,6 +111,23 @@ def test_plain_arguments_build_the_configuration_and_a_bad_one_names_the_argumen
     assert streaming.VerifyGpuOperator(task_id="v", profile="local").trusted_config({}).profile == "local"
 
 
+def test_the_local_profile_with_plain_arguments_reaches_the_emulators_the_standard_variables_name(monkeypatch):
+    """As Google's client libraries read them and ``gpuflow emulators run`` sets them; else gpuflow's defaults."""
+    from gpuflow.configuration.model import LocalConfig
+
+    export = streaming.ExportModelOperator(task_id="e", profile="local", bucket="team-bucket")
+    monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    defaults = LocalConfig()
+    assert export.trusted_config({}).local.pubsub_emulator_host == defaults.pubsub_emulator_host
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "localhost:18085")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://localhost:19023")
+    local = export.trusted_config({}).local
+    assert (local.pubsub_emulator_host, local.storage_emulator_host) == ("localhost:18085", "http://localhost:19023")
+    gcp = streaming.ExportModelOperator(task_id="e", project_id="team-proj-1", bucket="team-bucket")
+    assert gcp.trusted_config({}).local.storage_emulator_host == defaults.storage_emulator_host  # gcp: not read
+
+
 def test_config_json_and_plain_arguments_exclude_each_other():
     with pytest.raises(TypeError, match="config_json .* or plain arguments, not both: gpu_type, project_id"):
         streaming.VerifyGpuOperator(task_id="v", config_json="{{ ti.xcom_pull('preflight') }}", project_id="p",

@@ -10,6 +10,7 @@ that the dag-processor imports them once, before it forks each parse.)
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -202,7 +203,9 @@ class PlainArguments(GpuflowStepOperator):
     :param region: the region the jobs run in (default us-central1).
     :param gcp_conn_id: the Airflow connection to Google Cloud (default google_cloud_default).
     :param impersonation_chain: service accounts to act as, the last one acting (the provider's chain).
-    :param profile: ``gcp`` (the default) or ``local``, gpuflow's offline profile (local runner, emulators).
+    :param profile: ``gcp`` (the default) or ``local``, gpuflow's offline profile (local runner, emulators): it
+        reaches the emulators that ``PUBSUB_EMULATOR_HOST`` and ``STORAGE_EMULATOR_HOST`` name, as Google's client
+        libraries read them and ``gpuflow emulators run`` sets them, else gpuflow's default ports.
     """
 
     #: The operator's own job arguments, by the configuration key each sets (a subclass sets them on itself before
@@ -238,6 +241,9 @@ class PlainArguments(GpuflowStepOperator):
         values = {key: getattr(self, name) for name, key in plain.items()}
         values["impersonation_chain"] = [chain] if isinstance(chain, str) else chain
         values["profile"] = self.profile or "gcp"
+        if values["profile"] == "local":  # the worker's own environment, never a run's conf
+            values["local.pubsub_emulator_host"] = os.environ.get("PUBSUB_EMULATOR_HOST")
+            values["local.storage_emulator_host"] = os.environ.get("STORAGE_EMULATOR_HOST")
         if values["profile"] == "gcp" and not self.project_id:
             raise AirflowFailException(f"{type(self).__name__} (task {self.task_id}) was given neither config_json "
                                        "nor project_id. Fix: pass project_id (the Google Cloud project), or "

@@ -143,7 +143,7 @@ class QuotaCheckOperator(PlainArguments):
             raise AirflowFailException(str(error)) from None  # quota does not grow on retry
 
 
-class ExportModelOperator(JobWaitingOperator):
+class ExportModelOperator(PlainArguments, JobWaitingOperator):
     """Exports the model's bf16 state_dict, config and tokenizer to the run's model folder; skipped when the same
     model in bf16 is already there (a retry, a re-run).
 
@@ -153,12 +153,27 @@ class ExportModelOperator(JobWaitingOperator):
     ``on_kill`` (and the trigger's, while deferred) cancels the job. A retry starts no second custom job: it waits on
     the one an earlier try started while that still runs, found by its name and ``gpuflow-run`` label.
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
+    :param model: the Hugging Face model: a hub name, a local directory, or gpuflow's offline demo model (the
+        default, ``gpuflow-demo``).
+    :param bucket: the bucket the export writes to (and, on gcp, the custom job's script is staged in). It must
+        exist: without a gpuflow configuration, no setup task creates one.
+    :param model_dir: a ``gs://`` folder in ``bucket`` to export into and keep (default: under the run's prefix).
+    :param machine_type: the Vertex AI machine type (default: from the model's size).
     """
 
     execution_timeout_from = "export"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     operator_extra_links = (VertexAIConsoleLink(),)
+    job_arguments = {"model": "model.name", "bucket": "bucket", "model_dir": "export.model_dir",
+                     "machine_type": "export.machine_type"}
+    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, *job_arguments)
+
+    def __init__(self, *, model: str | None = None, bucket: str | None = None, model_dir: str | None = None,
+                 machine_type: str | None = None, **kwargs: Any) -> None:
+        self.model, self.bucket, self.model_dir, self.machine_type = model, bucket, model_dir, machine_type
+        super().__init__(**kwargs)
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.export import export_model
