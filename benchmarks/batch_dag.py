@@ -32,7 +32,8 @@ def dag_batch_command(model_dir: Path, workdir: Path) -> tuple[list[str], Path, 
     """The command run_batch runs for a date whose input is ``workdir/prompts/2026-03-01/*.jsonl``."""
     from gpuflow.configuration.loading import load_config
     from gpuflow.platform.local import LocalPlatform
-    from gpuflow.runs.batch_paths import fill_batch_paths, staging_folders
+    from gpuflow.runs.batch_paths import staging_folders
+    from gpuflow.runs.batch_templates import fill_batch_paths
     from gpuflow.runs.naming import resource_names
     from gpuflow.steps.launch import pipeline_argv
 

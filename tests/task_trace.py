@@ -15,13 +15,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "plugins" / "gpuflow"
 PREFIX = f"{PACKAGE}/"
 
 #: Files every task runs through that a reader need not open to follow one: the configuration model and its
-#: loading, the run's configuration derived again and compared with preflight's (operators/run_config.py), the
-#: shared names and paths, the catalog's tables, the operators' common base, the platform's factory and its JSON
-#: handle, and Airflow-version shims. A row names the files that do the task's own work.
+#: loading, the run's configuration derived again and compared with preflight's (operators/run_config.py, the run
+#: policy, a batch run's path templates), the shared names, paths and gs:// URI helpers, the catalog's tables, the
+#: operators' common base, the platform's factory and its JSON handle, and Airflow-version shims. A row names the
+#: files that do the task's own work.
 SHARED = frozenset({
-    "__init__.py", "paths.py", "workflow_names.py",
+    "__init__.py", "paths.py", "gcs_uris.py", "workflow_names.py",
     "configuration/model.py", "configuration/loading.py", "configuration/profiles.py", "configuration/__init__.py",
     "catalog/__init__.py", "runs/naming.py", "runs/run_policy.py", "runs/trigger_form.py", "runs/rollout.py",
+    "runs/batch_templates.py",
     "operators/base.py", "operators/run_config.py", "operators/airflow_names.py", "operators/links.py",
     "operators/__init__.py",
     "platform/__init__.py", "platform/base.py", "platform/console.py", "platform/gcp_service.py",

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from gpuflow.configuration.loading import load_config
-from gpuflow.runs.batch_paths import fill_batch_paths, staging_folders
+from gpuflow.runs.batch_paths import staging_folders
+from gpuflow.runs.batch_templates import fill_batch_paths
 from gpuflow.runs.naming import resource_names
 from gpuflow.steps.batch import CountsDoNotAddUp, discard_staging, find_input, publish_outputs, staged_summary
 from tests.helpers import GCP_TEST_PROJECT, first_event

@@ -8,7 +8,7 @@ import pendulum
 from airflow.utils.state import DagRunState, TaskInstanceState
 
 from gpuflow.configuration.loading import load_config
-from gpuflow.runs.batch_paths import fill_batch_paths
+from gpuflow.runs.batch_templates import fill_batch_paths
 from gpuflow.runs.naming import run_prefix
 from tests.gcp_fakes import BATCH_SUCCEEDS, ZONE_EXHAUSTED, FakeDataflow, FakeGoogleCloud, FakeVertex, FakeWorkers
 from tests.helpers import GCP_TEST_PROJECT, dag_bag, site_config

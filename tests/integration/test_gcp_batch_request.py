@@ -15,7 +15,7 @@ from gpuflow.configuration.loading import load_config
 from gpuflow.dataflow.options import job_name_for
 from gpuflow.platform.gcp import GcpPlatform
 from gpuflow.preflight import has_errors, run_preflight
-from gpuflow.runs.batch_paths import fill_batch_paths
+from gpuflow.runs.batch_templates import fill_batch_paths
 from gpuflow.runs.naming import resource_names
 from gpuflow.steps.launch import pipeline_argv
 from tests.gcp_fakes import FakeGoogleCloud

@@ -490,7 +490,7 @@ class BatchConfig(_Section):
     def _template(cls, value: str) -> str:
         """Only plain ``{field}`` names: a format spec or conversion (``{ds:>999999999}``) could make a path of any
         size, so none is allowed. Which names are known is checked when a run fills them
-        (``gpuflow.runs.batch_paths``)."""
+        (``gpuflow.runs.batch_templates``)."""
         try:
             parsed = list(string.Formatter().parse(value))
         except ValueError as error:

@@ -73,7 +73,7 @@ def batch_run_config(config: GpuflowConfig, context: Any) -> GpuflowConfig:
     """A batch run's: its interval's dates filled into batch.input, batch.output and batch.dead_letter_output; its
     own deployment (deployment.mode, the streaming DAG's, does not apply to it)."""
     from gpuflow.configuration.model import ConfigError
-    from gpuflow.runs.batch_paths import date_fields, fill_batch_paths
+    from gpuflow.runs.batch_templates import date_fields, fill_batch_paths
 
     config = config.model_copy(update={"deployment": config.deployment.model_copy(update={"mode": "ephemeral"})})
     try:

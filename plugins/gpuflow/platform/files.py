@@ -13,7 +13,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuflow.runs.batch_paths import is_gcs, is_gpuflow_output, split_gcs_uri
+from gpuflow.gcs_uris import is_gcs, split_gcs_uri
+from gpuflow.runs.batch_paths import is_gpuflow_output
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook

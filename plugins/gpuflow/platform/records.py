@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuflow.configuration.model import GpuflowConfig
-from gpuflow.runs.batch_paths import split_gcs_uri
+from gpuflow.gcs_uris import split_gcs_uri
 from gpuflow.runs.naming import DEPLOYMENTS_FOLDER, ResourceNames, deployment_folder, pointer_folder, resource_names
 from gpuflow.runs.rollout import DeploymentRecord, pointer_name
 

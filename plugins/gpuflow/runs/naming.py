@@ -21,6 +21,9 @@ from gpuflow.configuration.model import GpuflowConfig
 #: no international characters, which the page also allows).
 LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+#: gpuflow's own prefix in a bucket (run folders, deployments' records and model versions, leases): no batch output
+#: may lie under it, since publishing replaces files there.
+GPUFLOW_PREFIX = "gpuflow/"
 
 
 def run_prefix(dag_id: str, run_id: str) -> str:
@@ -134,7 +137,7 @@ def owned_by_deployment(config: GpuflowConfig, name: str, kind: str, resource: s
 
 
 #: Where in the bucket every deployment has its folder.
-DEPLOYMENTS_FOLDER = "gpuflow/deployments"
+DEPLOYMENTS_FOLDER = f"{GPUFLOW_PREFIX}deployments"
 
 
 def deployment_folder(config: GpuflowConfig, name: str | None = None) -> str:
@@ -182,7 +185,7 @@ def _run_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
         prefix=prefix,
         bucket=bucket,
         bucket_is_run_scoped=run_scoped,
-        object_prefix=f"gpuflow/{prefix}",
+        object_prefix=f"{GPUFLOW_PREFIX}{prefix}",
         prompts_topic=f"{prefix}-{pubsub.prompts_topic}",
         prompts_subscription=f"{prefix}-{pubsub.prompts_subscription}",
         responses_topic=f"{prefix}-{pubsub.responses_topic}",
@@ -190,7 +193,7 @@ def _run_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
         dead_letter_topic=f"{prefix}-{pubsub.dead_letter_topic}",
         dead_letter_subscription=f"{prefix}-{pubsub.dead_letter_subscription}",
         job_name=f"{prefix}-llm-inference",
-        model_dir_uri=config.export.model_dir or f"gs://{bucket}/gpuflow/{prefix}/model",
+        model_dir_uri=config.export.model_dir or f"gs://{bucket}/{GPUFLOW_PREFIX}{prefix}/model",
         job_prefix=prefix,
         model_version=f"{config.model.name.rstrip('/').rsplit('/', 1)[-1]}@{prefix}",
     )

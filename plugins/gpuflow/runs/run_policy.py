@@ -29,8 +29,10 @@ from gpuflow.configuration.model import (
     has_dot_segment,
     unsafe_character,
 )
+from gpuflow.gcs_uris import under_prefix
 from gpuflow.paths import project_path, site_dir
-from gpuflow.runs.batch_paths import GPUFLOW_PREFIX, TEMPLATE_FIELDS, under_prefix
+from gpuflow.runs.batch_templates import TEMPLATE_FIELDS
+from gpuflow.runs.naming import GPUFLOW_PREFIX
 from gpuflow.runs.trigger_form import COST_KNOBS
 
 #: The field types a run may set freely: a number or a switch changes how much, never what runs or what is deleted.

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuflow.configuration.model import GpuflowConfig
-from gpuflow.runs.batch_paths import split_gcs_uri
+from gpuflow.gcs_uris import split_gcs_uri
 from gpuflow.runs.naming import ResourceNames
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""The batch DAG's paths: templates filled per run, the staging folders, and preflight's checks of them."""
+"""The batch DAG's paths: templates filled per run (runs/batch_templates.py), the staging folders beside the final
+ones (runs/batch_paths.py), and preflight's checks of them."""
 
 import pytest
 
@@ -6,7 +7,8 @@ from gpuflow.configuration.loading import load_config
 from gpuflow.configuration.model import ConfigError
 from gpuflow.platform.files import count_lines_in
 from gpuflow.preflight import run_preflight
-from gpuflow.runs.batch_paths import date_fields, fill_batch_paths, staging_folder
+from gpuflow.runs.batch_paths import staging_folder
+from gpuflow.runs.batch_templates import date_fields, fill_batch_paths
 
 FIELDS = {"ds": "2026-03-01", "ds_nodash": "20260301"}
 
