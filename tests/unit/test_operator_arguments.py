@@ -111,6 +111,17 @@ def test_plain_arguments_build_the_configuration_and_a_bad_one_names_the_argumen
     assert streaming.VerifyGpuOperator(task_id="v", profile="local").trusted_config({}).profile == "local"
 
 
+def test_a_waiting_operators_poll_interval_is_the_configurations_with_plain_arguments():
+    """Every trigger the task builds (the job's, Cloud Monitoring's) polls at it; templated, it arrives as text."""
+    smoke = streaming.SmokeTestOperator(task_id="s", project_id="team-proj-1", poll_interval="2")
+    assert smoke.trusted_config({}).dataflow.poll_interval_s == 2.0
+    assert "poll_interval" in smoke.template_fields
+    from gpuflow.configuration.model import DataflowConfig
+
+    default = streaming.SmokeTestOperator(task_id="s", project_id="team-proj-1").trusted_config({})
+    assert default.dataflow.poll_interval_s == DataflowConfig().poll_interval_s  # gpuflow's default
+
+
 def test_the_local_profile_with_plain_arguments_reaches_the_emulators_the_standard_variables_name(monkeypatch):
     """As Google's client libraries read them and ``gpuflow emulators run`` sets them; else gpuflow's defaults."""
     from gpuflow.configuration.model import LocalConfig
@@ -126,6 +137,15 @@ def test_the_local_profile_with_plain_arguments_reaches_the_emulators_the_standa
     assert (local.pubsub_emulator_host, local.storage_emulator_host) == ("localhost:18085", "http://localhost:19023")
     gcp = streaming.ExportModelOperator(task_id="e", project_id="team-proj-1", bucket="team-bucket")
     assert gcp.trusted_config({}).local.storage_emulator_host == defaults.storage_emulator_host  # gcp: not read
+
+
+@pytest.mark.parametrize("cls", [batch.BatchSetupOperator, batch.RunBatchOperator, batch.BatchCleanupOperator,
+                                 deployment.TeardownOperator, deployment.JanitorOperator],
+                         ids=lambda cls: cls.__name__)
+def test_an_operator_that_acts_on_a_gpuflow_configuration_only_refuses_plain_arguments(cls):
+    """A batch run's filled paths or a deployment's record come from a gpuflow configuration, never from defaults."""
+    with pytest.raises(TypeError, match="takes config_json .*, not plain arguments: bucket, project_id"):
+        cls(task_id="t", project_id="team-proj-1", bucket="team-bucket")
 
 
 def test_config_json_and_plain_arguments_exclude_each_other():

@@ -211,6 +211,9 @@ class PlainArguments(GpuflowStepOperator):
     #: The operator's own job arguments, by the configuration key each sets (a subclass sets them on itself before
     #: it calls this __init__, which refuses them beside config_json).
     job_arguments: dict[str, str] = {}
+    #: False: a subclass that acts on a gpuflow configuration only (a batch run's filled paths, a deployment's
+    #: record), which refuses plain arguments.
+    takes_plain_arguments = True
     #: The provider's arguments, by the configuration key each sets.
     provider_arguments = {"project_id": "project", "region": "region", "gcp_conn_id": "gcp_conn_id",
                           "impersonation_chain": "impersonation_chain", "profile": "profile"}
@@ -222,6 +225,9 @@ class PlainArguments(GpuflowStepOperator):
         self.project_id, self.region, self.gcp_conn_id = project_id, region, gcp_conn_id
         self.impersonation_chain, self.profile = impersonation_chain, profile
         given = sorted(name for name in self._plain() if getattr(self, name) is not None)
+        if not self.takes_plain_arguments and given:
+            raise TypeError(f"{type(self).__name__} (task {self.task_id}) takes config_json (a gpuflow configuration), "
+                            f"not plain arguments: {', '.join(given)} given")
         if self.config_json is not None and given:
             raise TypeError(f"{type(self).__name__} (task {self.task_id}) takes config_json (a gpuflow "
                             f"configuration) or plain arguments, not both: {', '.join(given)} given beside it")
@@ -241,6 +247,8 @@ class PlainArguments(GpuflowStepOperator):
         values = {key: getattr(self, name) for name, key in plain.items()}
         values["impersonation_chain"] = [chain] if isinstance(chain, str) else chain
         values["profile"] = self.profile or "gcp"
+        # A waiting operator's poll interval is the configuration's too: every trigger the task builds polls at it.
+        values["dataflow.poll_interval_s"] = getattr(self, "poll_interval", None)
         if values["profile"] == "local":  # the worker's own environment, never a run's conf
             values["local.pubsub_emulator_host"] = os.environ.get("PUBSUB_EMULATOR_HOST")
             values["local.storage_emulator_host"] = os.environ.get("STORAGE_EMULATOR_HOST")
@@ -267,6 +275,7 @@ class JobWaitingOperator(GpuflowStepOperator):
         without a triggerer. Its execution_timeout already covers the wait. None (the default): Airflow's
         ``[operators] default_deferrable``, read when the DAG is parsed, as the provider's operators read it.
     :param poll_interval: seconds between a job trigger's polls of the job; None: ``dataflow.poll_interval_s``.
+        With plain arguments (``PlainArguments``), it is ``dataflow.poll_interval_s``, and templated.
     :param cancel_on_kill: stop the task's job when the task is killed (the default), deferred or not. False: a
         killed task leaves its job running; the run's cleanup task, or the janitor, stops it later.
     """
@@ -274,7 +283,7 @@ class JobWaitingOperator(GpuflowStepOperator):
     _platform: Any = None
     _job: Any = None  # the job this task started and still runs in its process: on_kill stops it
 
-    def __init__(self, *, deferrable: bool | None = None, poll_interval: float | None = None,
+    def __init__(self, *, deferrable: bool | None = None, poll_interval: float | str | None = None,
                  cancel_on_kill: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deferrable = deferrable_or_site_default(deferrable)
@@ -331,7 +340,8 @@ class JobWaitingOperator(GpuflowStepOperator):
         wait_first = until != "running"
         log.info("%s until %s %s is %s (up to %.0fs)", "waiting" if wait_first else "deferring", handle.kind,
                  handle.name, until, seconds)
-        trigger = job_trigger(config, handle, until, seconds, poll_interval_s=self.poll_interval,
+        poll_interval_s = None if self.poll_interval is None else float(self.poll_interval)  # templated: text
+        trigger = job_trigger(config, handle, until, seconds, poll_interval_s=poll_interval_s,
                               cancel_on_kill=self.cancel_on_kill, carried={"handle": handle.to_xcom(), **carried})
         return self.wait_for(context, trigger, seconds, wait_first=wait_first)
 

@@ -136,6 +136,8 @@ class BatchSetupOperator(SetupResourcesOperator):
     """The run's bucket (for the exported model and the job's staging), without Pub/Sub: a batch job reads files.
     Through the provider's GCSHook on both profiles (local: the storage emulator). It waits for nothing."""
 
+    takes_plain_arguments = False  # a gpuflow configuration only
+
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.resources import create_resources
 
@@ -149,6 +151,8 @@ class RunBatchOperator(LaunchPipelineOperator):
     ``gpuflow.triggers.settle``), then deferred. It writes into the run's staging folders, which publish moves into
     place. local: a pipeline process on the local runner; gcp: a batch Dataflow job. Not retried in gpuflow's DAGs
     (``retries=0``), as the launch."""
+
+    takes_plain_arguments = False  # a gpuflow configuration only
 
     execution_timeout_from = "batch_job"  # its execution_timeout: gpuflow.runs.task_timeouts
 
@@ -217,6 +221,8 @@ class BatchGpuUsageOperator(GpuUsageCheck):
 class BatchCleanupOperator(CleanupOperator):
     """Cleanup of a batch run (``CleanupOperator``, both profiles: it waits, deferred, while gcp's jobs stop): its
     bucket or prefix (it has no Pub/Sub), and its staging folders (left by a job or a publish that failed)."""
+
+    takes_plain_arguments = False  # a gpuflow configuration only
 
     def delete_resources(self, context: Any, config: GpuflowConfig, names: ResourceNames, platform: Platform, stopped: list[str]) -> dict[str, Any]:
         from gpuflow.steps.batch import discard_staging

@@ -85,6 +85,8 @@ class TeardownOperator(CleanupOperator):
     model folder and record. local: the pipeline process is stopped at once; gcp: the task waits, deferred, while
     Dataflow stops the job."""
 
+    takes_plain_arguments = False  # a gpuflow configuration only
+
     execution_timeout_from = "job_stop"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
@@ -120,6 +122,8 @@ class JanitorOperator(CleanupOperator):
     """Finds what gpuflow left behind that no running DAG run and no recorded deployment owns, and deletes it
     (janitor.dry_run: lists it). Leftover jobs are cancelled first: local pipeline processes at once; on gcp the
     task waits, deferred, while Dataflow stops them."""
+
+    takes_plain_arguments = False  # a gpuflow configuration only
 
     LEFTOVERS_KEY = "gpuflow_leftovers"
 

@@ -12,7 +12,6 @@ from airflow.sdk import Asset, BaseOperator
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import (
     ROLLOUT_KEY,
-    GpuflowStepOperator,
     JobWaitingOperator,
     PlainArguments,
     event_succeeded,
@@ -86,15 +85,24 @@ class PreflightOperator(DerivesRunConfig, BaseOperator):
                 raise AirflowFailException(str(error)) from None
 
 
-class SetupResourcesOperator(GpuflowStepOperator):
+class SetupResourcesOperator(PlainArguments):
     """Creates the run's prompts and answers topics, their subscriptions and the run's bucket (or prefix), each
     labelled with the run's names, through the provider's PubSubHook and GCSHook: the emulators locally, Google on gcp
     (one code path, ``steps/resources.py``). It waits for nothing.
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
+    :param bucket: the team's bucket, for the run's objects under its prefix (default: a bucket of the run's own,
+        which the run's cleanup deletes).
     """
 
     execution_timeout_from = "short"  # its execution_timeout: gpuflow.runs.task_timeouts
+    job_arguments = {"bucket": "bucket"}
+    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, "bucket")
+
+    def __init__(self, *, bucket: str | None = None, **kwargs: Any) -> None:
+        self.bucket = bucket
+        super().__init__(**kwargs)
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.resources import create_resources
@@ -168,7 +176,8 @@ class ExportModelOperator(PlainArguments, JobWaitingOperator):
     operator_extra_links = (VertexAIConsoleLink(),)
     job_arguments = {"model": "model.name", "bucket": "bucket", "model_dir": "export.model_dir",
                      "machine_type": "export.machine_type"}
-    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, *job_arguments)
+    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, *job_arguments,
+                                      "poll_interval")
 
     def __init__(self, *, model: str | None = None, bucket: str | None = None, model_dir: str | None = None,
                  machine_type: str | None = None, **kwargs: Any) -> None:
@@ -230,7 +239,8 @@ class BuildContainerOperator(PlainArguments, JobWaitingOperator):
     operator_extra_links = (CloudBuildConsoleLink(),)
     job_arguments = {"gpu_type": "gpu.type", "recipe": "container.recipe", "image": "container.image",
                      "repository": "container.repository", "bucket": "bucket"}
-    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, *job_arguments)
+    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, *job_arguments,
+                                      "poll_interval")
 
     def __init__(self, *, gpu_type: str | None = None, recipe: str | None = None, image: str | None = None,
                  repository: str | None = None, bucket: str | None = None, **kwargs: Any) -> None:
@@ -289,7 +299,8 @@ class VerifyGpuOperator(PlainArguments, JobWaitingOperator):
 
     job_arguments = {"gpu_type": "gpu.type", "gpu_count": "gpu.count", "machine_type": "gpu.machine_type",
                      "bucket": "bucket", "require_gpu": "require_gpu"}
-    template_fields: Sequence[str] = ("config_json", "image", *PlainArguments.provider_arguments, *job_arguments)
+    template_fields: Sequence[str] = ("config_json", "image", *PlainArguments.provider_arguments, *job_arguments,
+                                      "poll_interval")
 
     def __init__(self, *, image: Any = None, gpu_type: str | None = None, gpu_count: int | str | None = None,
                  machine_type: str | None = None, bucket: str | None = None, require_gpu: bool | str | None = None,
@@ -329,7 +340,7 @@ class VerifyGpuOperator(PlainArguments, JobWaitingOperator):
             raise AirflowFailException(str(error)) from None
 
 
-class LaunchPipelineOperator(JobWaitingOperator):
+class LaunchPipelineOperator(PlainArguments, JobWaitingOperator):
     """Starts the streaming pipeline, pushes its job handle at once, and waits, deferred, until its workers are up.
 
     local: beam_jobs/llm_inference.py as a detached process on the local runner. gcp: a Dataflow job (a staged
@@ -341,8 +352,18 @@ class LaunchPipelineOperator(JobWaitingOperator):
     a second try would start a second job; a failed launch leaves its job to the run's cleanup, which finds it by
     the run's prefix.
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
     :param image: the worker image (a URI, or ``BuildContainerOperator``'s result); the local runner ignores it.
+    :param model: the model the pipeline serves (default: gpuflow's offline demo model, ``gpuflow-demo``).
+    :param model_dir: the ``gs://`` folder its export lies in (``ExportModelOperator``'s ``model_dir``; default:
+        under the run's prefix).
+    :param bucket: the bucket the job stages in (default: the run's own, as ``SetupResourcesOperator`` made it).
+    :param gpu_type: the workers' GPU (``nvidia-l4``, ...; default nvidia-l4; ``none``: CPU workers).
+    :param gpu_count: GPUs per worker (default 1).
+    :param machine_type: the workers' machine type (default g2-standard-4, the L4's).
+    :param max_num_workers: the most workers the job may scale to (default 1).
+    :param max_new_tokens: tokens generated per answer (default 16).
     """
 
     execution_timeout_from = "job_start"  # its execution_timeout: gpuflow.runs.task_timeouts
@@ -351,9 +372,20 @@ class LaunchPipelineOperator(JobWaitingOperator):
     operator_extra_links = (DataflowConsoleLink(),)
     batch = False  # the batch DAG's run_batch: a batch job, waited for until it is done
 
-    template_fields: Sequence[str] = ("config_json", "image")
+    job_arguments = {
+        "model": "model.name", "model_dir": "export.model_dir", "bucket": "bucket", "gpu_type": "gpu.type",
+        "gpu_count": "gpu.count", "machine_type": "gpu.machine_type", "max_num_workers": "worker.max_num_workers",
+        "max_new_tokens": "model.max_new_tokens"}
+    template_fields: Sequence[str] = ("config_json", "image", *PlainArguments.provider_arguments, *job_arguments,
+                                      "poll_interval")
 
-    def __init__(self, *, image: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, image: Any = None, model: str | None = None, model_dir: str | None = None,
+                 bucket: str | None = None, gpu_type: str | None = None, gpu_count: int | str | None = None,
+                 machine_type: str | None = None, max_num_workers: int | str | None = None,
+                 max_new_tokens: int | str | None = None, **kwargs: Any) -> None:
+        self.model, self.model_dir, self.bucket = model, model_dir, bucket
+        self.gpu_type, self.gpu_count, self.machine_type = gpu_type, gpu_count, machine_type
+        self.max_num_workers, self.max_new_tokens = max_num_workers, max_new_tokens
         super().__init__(**kwargs)
         self.image = image
 
@@ -473,7 +505,7 @@ class GpuUsageCheck(JobWaitingOperator):
 SMOKE_ANSWERS_KEY = "smoke_answers"
 
 
-class SmokeTestOperator(GpuUsageCheck):
+class SmokeTestOperator(PlainArguments, GpuUsageCheck):
     """Asks the pipeline questions, defers until each has its answer or dead letter (``gpuflow.triggers.answers``),
     then checks that its GPUs really worked over the questions' window.
 
@@ -482,14 +514,21 @@ class SmokeTestOperator(GpuUsageCheck):
     nothing; the task keeps the answers in its XCom, then acknowledges them. gcp: the GPU usage comes from Cloud
     Monitoring (a second deferral); local: from nvidia-smi, where there is one.
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
     :param job_handle: the pipeline's job handle, ``LaunchPipelineOperator``'s result (``launch.output``).
+    :param gpu_type: the workers' GPU, whose use is checked (default nvidia-l4; ``none``: CPU workers, no check).
+    :param num_prompts: prompts published (default 8).
     """
 
     execution_timeout_from = "smoke_test"  # its execution_timeout: gpuflow.runs.task_timeouts
-    template_fields: Sequence[str] = ("config_json", "job_handle")
+    job_arguments = {"gpu_type": "gpu.type", "num_prompts": "smoke_test.num_prompts"}
+    template_fields: Sequence[str] = ("config_json", "job_handle", *PlainArguments.provider_arguments,
+                                      *job_arguments, "poll_interval")
 
-    def __init__(self, *, job_handle: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, job_handle: Any = None, gpu_type: str | None = None, num_prompts: int | str | None = None,
+                 **kwargs: Any) -> None:
+        self.gpu_type, self.num_prompts = gpu_type, num_prompts
         super().__init__(**kwargs)
         self.job_handle = job_handle
 
@@ -541,7 +580,7 @@ class SmokeTestOperator(GpuUsageCheck):
         return self.check_usage(context, config, platform, _handle_of(self.job_handle), result["window"], result)
 
 
-class CleanupOperator(JobWaitingOperator):
+class CleanupOperator(PlainArguments, JobWaitingOperator):
     """Stops the run's jobs (by handle, and by the run's prefix), then deletes the run's resources. local: the
     pipeline processes are stopped at once; gcp: each Dataflow job is cancelled or drained, in the region and every
     fallback region, and the task waits, deferred, while it stops. The topics, subscriptions and bucket go through
@@ -551,15 +590,21 @@ class CleanupOperator(JobWaitingOperator):
     It deletes only what carries the run's names and labels (``gpuflow.runs.naming``), never a team's bucket or objects
     outside the run's prefix. Make it the teardown of the tasks that create (``cleanup.as_teardown(setups=...)``).
 
-    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``); or,
+        in a team's DAG without a gpuflow configuration file, the plain arguments (``PlainArguments``) and:
     :param launch_task_id: the task that pushed the pipeline's job handle, if any.
+    :param bucket: the bucket the run's objects lie in, under its prefix, as ``SetupResourcesOperator`` was given
+        it (default: the run's own bucket, which is deleted).
     """
 
     execution_timeout_from = "every_region_stops"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#f8d7da"
+    job_arguments = {"bucket": "bucket"}
+    template_fields: Sequence[str] = ("config_json", *PlainArguments.provider_arguments, "bucket", "poll_interval")
 
-    def __init__(self, *, launch_task_id: str = LAUNCH_TASK, **kwargs: Any) -> None:
+    def __init__(self, *, launch_task_id: str = LAUNCH_TASK, bucket: str | None = None, **kwargs: Any) -> None:
+        self.bucket = bucket
         super().__init__(**kwargs)
         self.launch_task_id = launch_task_id
 
