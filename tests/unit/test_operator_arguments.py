@@ -120,6 +120,12 @@ def test_a_waiting_operators_poll_interval_is_the_configurations_with_plain_argu
 
     default = streaming.SmokeTestOperator(task_id="s", project_id="team-proj-1").trusted_config({})
     assert default.dataflow.poll_interval_s == DataflowConfig().poll_interval_s  # gpuflow's default
+    # Faster than the site's limits.min_poll_interval_s (gpuflow's default, 1 s): refused, as preflight would
+    from gpuflow.operators.airflow_names import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match=r"poll_interval \(dataflow.poll_interval_s\): 0.01 s is shorter "
+                                                   r"than limits.min_poll_interval_s .* Fix: set "):
+        streaming.SmokeTestOperator(task_id="s", project_id="team-proj-1", poll_interval="0.01").trusted_config({})
 
 
 def test_the_local_profile_with_plain_arguments_reaches_the_emulators_the_standard_variables_name(monkeypatch):

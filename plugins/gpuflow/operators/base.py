@@ -256,11 +256,20 @@ class PlainArguments(GpuflowStepOperator):
             raise AirflowFailException(f"{type(self).__name__} (task {self.task_id}) was given neither config_json "
                                        "nor project_id. Fix: pass project_id (the Google Cloud project), or "
                                        "profile='local' for gpuflow's offline profile.")
+        names = {key: name for name, key in plain.items()} | {"dataflow.poll_interval_s": "poll_interval"}
         try:
-            return config_from_settings(values, f"{type(self).__name__}'s arguments, task {self.task_id}",
-                                        names={key: name for name, key in plain.items()})
+            config = config_from_settings(values, f"{type(self).__name__}'s arguments, task {self.task_id}",
+                                          names=names)
         except ConfigError as error:
             raise AirflowFailException(str(error)) from None
+        from gpuflow.preflight.limit_rules import limit_findings
+
+        # No preflight runs here: the site's limits (gpuflow's defaults) still bound the arguments, as preflight would.
+        refused = [finding for finding in limit_findings(config, "inference") if finding.level == "error"]
+        if refused:
+            raise AirflowFailException(f"{type(self).__name__} (task {self.task_id}): " + "; ".join(
+                f"{names.get(f.field, f.field)} ({f.field}): {f.problem}. Fix: {f.fix}" for f in refused))
+        return config
 
 
 class JobWaitingOperator(GpuflowStepOperator):
