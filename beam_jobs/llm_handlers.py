@@ -164,6 +164,7 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
         self, batch: Sequence[PromptElement], model: LoadedModel, inference_args: dict[str, Any] | None = None
     ) -> Iterable[PredictionResult]:
         self._polled(model)
+        started = time.monotonic()
         try:
             answers: list[Any] = self._generate(model, [tokens for _, _, tokens in batch])
         except Exception as batch_error:  # retry one by one so one bad prompt cannot sink its batch
@@ -175,8 +176,10 @@ class GenerateHandler(ModelHandler[PromptElement, PredictionResult, LoadedModel]
                 alone = [next(iter(self.run_inference([element], model))).inference for element in batch]
                 answers = [one if isinstance(one, dict) else one[:2] for one in alone]  # (text, tokens)
         # model_id: the model version that answered (each answer carries it); the inference: (text, tokens
-        # generated, batch size), or an error.
-        return [PredictionResult(element, answer if isinstance(answer, dict) else (*answer, len(batch)),
+        # generated, batch size, seconds its batch took to generate), or an error. A prompt waits for its whole
+        # batch, so the batch's time is its latency (a rollout's evaluation compares them: gpuflow.runs.rollout_gate).
+        seconds = round(time.monotonic() - started, 6)
+        return [PredictionResult(element, answer if isinstance(answer, dict) else (*answer, len(batch), seconds),
                                  model_id=model.version_id())
                 for element, answer in zip(batch, answers, strict=True)]
 

@@ -317,9 +317,14 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True, test_
     args, pipeline_args = parse_args(argv)
     options = PipelineOptions(pipeline_args)
     options.view_as(SetupOptions).save_main_session = save_main_session
+    local_runner = "DirectRunner" in str(options.view_as(StandardOptions).runner or "DirectRunner")
+    if local_runner and os.environ.get("STORAGE_EMULATOR_HOST"):  # the local profile only
+        from storage_emulator import connect_anonymously
+
+        connect_anonymously()
     if args.messages_subscription:
         options.view_as(StandardOptions).streaming = True
-        if "DirectRunner" in str(options.view_as(StandardOptions).runner or "DirectRunner"):
+        if local_runner:
             from direct_runner_pull import shorten_direct_runner_pulls  # the local profile only
 
             shorten_direct_runner_pulls()

@@ -94,9 +94,9 @@ def route_prediction(result: PredictionResult):
     if isinstance(result.inference, dict):
         yield dead_letter(prompt_id, prompt, result.inference["error"], result.inference["reason"])
         return
-    response, tokens, batch_size = result.inference  # GenerateHandler.run_inference
+    response, tokens, batch_size, seconds = result.inference  # GenerateHandler.run_inference
     yield {"id": prompt_id, "prompt": prompt, "response": response, "model": result.model_id,
-           "batch_size": batch_size, "response_tokens": tokens}
+           "batch_size": batch_size, "response_tokens": tokens, "latency_s": seconds}
 
 
 def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:

@@ -34,7 +34,7 @@ from tests.gcp_fakes.dataflow import (
     Importance,
     JobState,
 )
-from tests.gcp_fakes.gcs import read_gcs, write_gcs
+from tests.gcp_fakes.gcs import file_patterns, read_gcs, write_gcs
 from tests.gcp_fakes.monitoring import FakeMonitoring
 from tests.gcp_fakes.vertex import FakeVertex
 from tests.helpers import ROOT
@@ -45,7 +45,7 @@ __all__ = [
     "FakeCloudBuild", "FakeCloudQuotas", "FakeDataflow", "FakeGoogleCloud", "FakeJob", "FakeMonitoring",
     "FakeProjectAccess", "FakeStorageAccess", "list_policy",
     "FakeProjectsClient", "FakeRegionsClient", "FakeVertex", "FakeWorkers", "Importance", "JobState", "gcp_test_config", "gcp_test_environment",
-    "read_gcs", "write_gcs",
+    "file_patterns", "read_gcs", "write_gcs",
 ]
 
 

@@ -42,3 +42,16 @@ def write_gcs(env: dict[str, str], uri: str, text: str) -> None:
     subprocess.run([sys.executable, "-c", "import sys; from google.cloud import storage; b, _, n = "
                     "sys.argv[1].removeprefix('gs://').partition('/'); storage.Client.create_anonymous_client()"
                     ".bucket(b).blob(n).upload_from_string(sys.argv[2])", uri, text], env=env, check=True)
+
+
+def file_patterns(pipeline) -> dict[str, str]:
+    """The file each text read and write names, from the transforms' display data: what the job reads and writes."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    patterns = {}
+    for transform in pipeline.components.transforms.values():
+        for item in transform.display_data:
+            payload = beam_runner_api_pb2.LabelledPayload.FromString(item.payload)
+            if payload.key == "file_pattern":  # on the composite's parts: ReadPrompts/Read, WriteAnswers/Write/...
+                patterns[transform.unique_name.split("/")[0]] = payload.string_value
+    return patterns

@@ -16,7 +16,7 @@ from gpuflow.runs.naming import resource_names
 from gpuflow.runs.rollout import DeploymentRecord, job_options, plan_rollout
 from gpuflow.steps.cleanup import request_stops
 from gpuflow.steps.deployment import ensure_version_pointer, promote, roll_back, update_in_place
-from tests.gcp_fakes import FLEX, STREAMING_STARTS, FakeGoogleCloud, read_gcs
+from tests.gcp_fakes import FLEX, STREAMING_STARTS, FakeGoogleCloud, file_patterns, read_gcs
 from tests.helpers import GCP_TEST_PROJECT
 
 BUCKET = "gpuflow-deploy-gcp-test"
@@ -248,3 +248,70 @@ def test_a_deployments_job_never_starts_on_an_empty_pointer_folder(deployed):
     finally:
         for name in records.gcs.list(BUCKET, prefix=folder):
             records.gcs.delete(BUCKET, name)
+
+
+def test_the_rollout_gate_runs_both_versions_as_batch_jobs_of_the_run_then_decides_and_records(deployed):
+    """Both versions' evaluation jobs as Dataflow receives them (each on its own image, as batch jobs of the run, on
+    the evaluation set, writing under the run's folder), then the gate on their answers, its page, and the record."""
+    from gpuflow.runs.rollout_gate import GateDecision
+    from gpuflow.steps.evaluation import evaluation_versions, gate, start_evaluation, write_report
+
+    cloud, record, records = deployed
+    eval_set = f"gs://{BUCKET}/eval/set.jsonl"
+    records.gcs.upload(BUCKET, "eval/set.jsonl", data="\n".join(json.dumps(line) for line in (
+        {"id": "capital", "prompt": "capital of france?", "reference": "Paris"},
+        {"id": "sky", "prompt": "why is the sky blue?"})) + "\n")
+    config = config_of("inference.max_batch_size=8", f"rollout.eval_set={eval_set}", "rollout.score=contains")
+    names = resource_names(config, "gf-0000000009")
+    rollout = plan_rollout(config, record, NEW_IMAGE, job_running=True)
+    versions = evaluation_versions(config, names, rollout, NEW_IMAGE)
+    assert [(v.role, v.names.model_version) for v in versions] == [("serving", record.model_version),
+                                                                      ("candidate", names.model_version)]
+
+    handles = [start_evaluation(GcpPlatform(version.config), version, config) for version in versions]
+
+    requests = cloud.dataflow.calls("launch_template")
+    assert len(requests) == 2
+    for version, handle, request, image in zip(versions, handles, requests, (OLD_IMAGE, NEW_IMAGE), strict=True):
+        staged = staged_job(request)
+        assert staged["type"] == "JOB_TYPE_BATCH" and staged["name"] == handle.name == request.launch_parameters.job_name
+        assert handle.name.startswith(f"{names.prefix}-eval-{version.role}-")  # the run's job, found by its prefix
+        assert staged["labels"] == {"gpuflow-run": names.prefix}  # not the deployment's: the run's cleanup owns it
+        assert staged["environment"]["workerPools"][0]["workerHarnessContainerImage"] == image
+        assert staged["environment"]["serviceOptions"] == [
+            "worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"]
+        folder = f"gs://{BUCKET}/gpuflow/{names.prefix}/evaluation/{version.role}"
+        assert file_patterns(staged_pipeline(records.gcs, staged)) == {
+            "ReadPrompts": eval_set, "WriteAnswers": f"{folder}/responses.jsonl",
+            "WriteDeadLetters": f"{folder}/dead_letters.jsonl", "WriteSummary": f"{folder}/summary.json"}
+        # Each version with the candidate's batches, fixed at its largest
+        assert (version.config.inference.min_batch_size, version.config.inference.max_batch_size) == (8, 8)
+
+    # The jobs' answers, as llm_inference.py writes them: the candidate misses the reference and is slower.
+    def answered(role: str, capital: str, latency_s: float) -> None:
+        lines = [{"id": "capital", "response": capital, "latency_s": latency_s, "batch_size": 2, "response_tokens": 4},
+                 {"id": "sky", "response": "Rayleigh scattering", "latency_s": latency_s, "batch_size": 2,
+                  "response_tokens": 4}]
+        records.gcs.upload(BUCKET, f"gpuflow/{names.prefix}/evaluation/{role}/responses.jsonl",
+                           data="".join(json.dumps(line) + "\n" for line in lines))
+
+    answered("serving", "It is Paris.", 0.2)
+    answered("candidate", "Lyon", 0.5)
+    decision = gate(config, "google_cloud_default", versions)
+    assert decision.refused
+    assert (decision.serving.mean_score, decision.candidate.mean_score) == (1.0, 0.5)
+    assert "score: " in decision.why and "latency: " in decision.why and "0.5s" in decision.why
+    page, console = write_report(config, "google_cloud_default", names, decision, "manual__gated")
+    assert page == f"gs://{BUCKET}/gpuflow/deployments/chat/evaluations/{names.prefix}.md"
+    assert console == (f"https://console.cloud.google.com/storage/browser/_details/{BUCKET}/gpuflow/deployments/chat/"
+                       f"evaluations/{names.prefix}.md")
+    assert b"| mean score (contains) | 1.0 | 0.5 |" in records.gcs.download(BUCKET, page.removeprefix(f"gs://{BUCKET}/"))
+
+    # A candidate that answers as well, as fast: promoted, and the record keeps both versions' figures.
+    answered("candidate", "Paris", 0.2)
+    passed = gate(config, "google_cloud_default", versions)
+    assert passed.decision == "promote", passed.why
+    promote(config, names, GcpPlatform(config), rollout, JobHandle.model_validate(record.job), NEW_IMAGE,
+            "manual__gated", evaluation=passed.model_dump(mode="json"))
+    kept = GateDecision.model_validate(records.read("chat").evaluation)
+    assert kept == passed and kept.serving.version == record.model_version

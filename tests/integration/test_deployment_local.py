@@ -1,6 +1,8 @@
 """A persistent deployment on the local profile, end to end with the real Airflow (dag.test()), the emulators and
-a detached DirectRunner process: deploy v1, roll v2 weights out while prompts flow, replace the job for a changed
-option, roll a version that cannot load back, tear it all down. Every published prompt is answered.
+a detached DirectRunner process: deploy v1, roll v2 (the same weights, re-exported) out while prompts flow, refuse
+a v3 of noisy weights and a v4 made slower at the rollout gate (rollout.eval_set: both versions' answers to gpuflow's
+demo evaluation set, on the batch runner), replace the job for a changed option, tear it all down. Every published
+prompt is answered.
 
 On the way, gpuflow_janitor meets a run killed mid-launch (its pipeline process, topics, subscriptions and bucket
 left, its DAG run deleted): it lists exactly those in a dry run, then deletes exactly those, and leaves the live
@@ -21,10 +23,16 @@ from pathlib import Path
 import pytest
 from airflow.utils.state import DagRunState
 
+from gpuflow.paths import project_path
 from gpuflow.runs.naming import deployment_prefix, resource_names, run_prefix
 
 DEPLOYMENT = "gf-test-deploy"
 BUCKET = "gpuflow-deploy-test"
+#: The rollout gate's evaluation set, in the bucket: gpuflow's demo set (no references: agreement with the serving
+#: version). The latency bound is wide, since the serving job and another test share two cores with the evaluation
+#: jobs; the slower candidate generates 16 times the tokens.
+EVAL_SET = f"gs://{BUCKET}/eval/demo.jsonl"
+MAX_LATENCY_RATIO = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +52,8 @@ def conf(local_config, model_dir: Path, **extra) -> dict:
         # new version: no form shows that.
         "config_file": site_config("deployment.yaml", local_site_file(), bucket=BUCKET,
                                    **{"model.name": str(model_dir), "limits.lasting_deployments": True,
-                                      "deployment.refresh_interval_s": 1}),
+                                      "deployment.refresh_interval_s": 1, "rollout.eval_set": EVAL_SET,
+                                      "rollout.max_latency_ratio": MAX_LATENCY_RATIO}),
         "deployment__mode": "persistent", "deployment__name": DEPLOYMENT,
         # A replacement job loads its model while the old one serves and another test may run beside: on two
         # cores its first answer came after 60 s. The smoke test ends as soon as every answer is in.
@@ -243,6 +252,63 @@ def states(run) -> dict:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
+DEMO_SET = project_path("configs/eval_sets/demo.jsonl")  # (under data/ in Composer's layout)
+DEMO_SET_SIZE = sum(1 for line in DEMO_SET.read_text().splitlines() if line.strip())
+
+
+def upload_the_demo_eval_set(local_config) -> None:
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    from gpuflow.gcs_uris import split_gcs_uri
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
+
+    with emulator_environment(local_config):
+        hook = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
+        if not hook.get_conn().bucket(BUCKET).exists():
+            hook.create_bucket(bucket_name=BUCKET, project_id=local_config.project)
+        hook.upload(*split_gcs_uri(EVAL_SET), filename=str(DEMO_SET))
+
+
+def gate_of(run) -> dict:
+    """The rollout gate's decision: its XCom (pushed whether it passed or refused)."""
+    ti = run.get_task_instance("evaluate")
+    return ti.xcom_pull(task_ids="evaluate", key="rollout_gate") or ti.xcom_pull(task_ids="evaluate")
+
+
+def refused_at_the_gate(run, bound: str, local_config, serving: str) -> None:
+    """The gate refused the run's version, naming ``bound`` with both figures: nothing launched, the record and the
+    serving version's pointer are as they were, and cleanup ran."""
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
+    from gpuflow.platform.records import Records
+
+    assert run.state == DagRunState.FAILED
+    assert states(run)["evaluate"] == "failed" and states(run)["launch"] == "upstream_failed", states(run)
+    assert states(run)["cleanup"] == "success", states(run)
+    decision = gate_of(run)
+    assert decision["decision"] == "refuse" and bound in decision["why"], decision
+    figures = "mean_score" if bound == "score: " else "p95_latency_s"
+    named = decision["why"][decision["why"].index(bound):]
+    for version in ("serving", "candidate"):
+        assert str(decision[version][figures]) in named, (version, named)
+    assert record(local_config)["model_version"] == serving
+    with emulator_environment(local_config):
+        page = Records(local_config, LOCAL_CONN_ID).gcs.download(
+            BUCKET, f"gpuflow/deployments/{DEPLOYMENT}/evaluations/{run_prefix('llm_streaming_inference', run.run_id)}.md")
+    assert b"refuse" in page and decision["candidate"]["version"].encode() in page
+
+
+def the_runs_own_objects_are_gone(local_config, run) -> None:
+    """The evaluation's answers lay under the run's folder: its cleanup deleted them with the rest."""
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
+
+    with emulator_environment(local_config):
+        left = GCSHook(gcp_conn_id=LOCAL_CONN_ID).list(
+            BUCKET, prefix=f"gpuflow/{run_prefix('llm_streaming_inference', run.run_id)}/")
+    assert left == []
+
+
 def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config, live: dict) -> None:
     from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment, process_alive
     from gpuflow.platform.records import Records
@@ -297,20 +363,22 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
     serve, teardown, janitor = dags
     model_dir = tmp_path / "model"
     write_demo_model(model_dir, seed=0)
+    upload_the_demo_eval_set(local_config)
 
-    # 1. Deploy v1: a new deployment.
+    # 1. Deploy v1: a new deployment. The demo set has no references, so there is nothing to gate it against.
     first = serve.test(run_conf=conf(local_config, model_dir))
     assert first.state == DagRunState.SUCCESS, states(first)
     v1 = version_of(first)
     assert first.get_task_instance("preflight").xcom_pull(task_ids="preflight", key="gpuflow_rollout")["path"] == "new"
+    assert gate_of(first)["decision"] == "skipped" and "no references" in gate_of(first)["why"]
     deployed = record(local_config)
     assert deployed["model_version"] == v1 and deployed["changed_by"] == first.run_id
 
     with emulator_environment(local_config):
         traffic = Traffic(local_config)
         try:
-            # 2. New weights of the same model while prompts flow: the running job switches, no new job.
-            new_weights(model_dir, seed=1)
+            # 2. The same weights, exported again while prompts flow: the gate finds both versions' answers the
+            # same, and the running job switches, no new job.
             second = serve.test(run_conf=conf(local_config, model_dir))
             assert second.state == DagRunState.SUCCESS, states(second)
             v2 = version_of(second)
@@ -318,26 +386,42 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
             assert plan["path"] == "weights", plan
             assert record(local_config)["job"] == deployed["job"]  # the same process serves on
             assert record(local_config)["model_version"] == v2
+            gated = record(local_config)["evaluation"]
+            assert gated == gate_of(second) and gated["decision"] == "promote"
+            assert (gated["serving"]["version"], gated["candidate"]["version"]) == (v1, v2)
+            assert gated["serving"]["mean_score"] == gated["candidate"]["mean_score"] == 1.0
+            assert gated["serving"]["prompts"] == gated["candidate"]["prompts"] == DEMO_SET_SIZE
+            for figures in (gated["serving"], gated["candidate"]):
+                assert 0 < figures["p50_latency_s"] <= figures["p95_latency_s"] and figures["tokens_per_s"] > 0
+            the_runs_own_objects_are_gone(local_config, second)
             switched_at = time.time()
 
-            # 3. A changed pipeline option: the local DirectRunner cannot update in place, so the job is replaced.
+            # 3. Weights with noise added: they answer otherwise, so the gate refuses them before anything switches.
+            new_weights(model_dir, seed=1)
+            noisy = serve.test(run_conf=conf(local_config, model_dir))
+            refused_at_the_gate(noisy, "score: ", local_config, v2)
+            refusal = gate_of(noisy)
+            assert refusal["candidate"]["mean_score"] < 1.0 - 0.05 and refusal["serving"]["mean_score"] == 1.0
+            the_runs_own_objects_are_gone(local_config, noisy)
+            write_demo_model(model_dir, seed=0)  # v1's weights again
+
+            # 4. A candidate made slower (16 times the tokens per answer): refused on latency (and, its answers
+            # being longer, on agreement too).
+            slow = serve.test(run_conf=conf(local_config, model_dir, model__max_new_tokens=96))
+            refused_at_the_gate(slow, "latency: ", local_config, v2)
+            slower = gate_of(slow)
+            assert slower["candidate"]["p95_latency_s"] > slower["serving"]["p95_latency_s"] * MAX_LATENCY_RATIO
+
+            # 5. A changed pipeline option: the local DirectRunner cannot update in place, so the job is replaced
+            # (the gate evaluates both with the candidate's batching, and they agree).
             third = serve.test(run_conf=conf(local_config, model_dir, inference__max_batch_size=8))
             assert third.state == DagRunState.SUCCESS, states(third)
             plan = third.get_task_instance("preflight").xcom_pull(task_ids="preflight", key="gpuflow_rollout")
             assert plan["path"] == "replace" and "inference.max_batch_size" in plan["changed"], plan
+            assert gate_of(third)["decision"] == "promote", gate_of(third)
             v3, replaced = version_of(third), record(local_config)
             assert replaced["job"]["id"] != deployed["job"]["id"] and replaced["model_version"] == v3
             replaced_at = time.time()
-
-            # 4. A version that cannot load (weights of another shape): the job keeps v3, the run fails, and the
-            # record stays as it was.
-            write_demo_model(model_dir, d_model=32, d_ff=64, d_kv=8)
-            fourth = serve.test(run_conf=conf(local_config, model_dir, inference__max_batch_size=8,
-                                              deployment__rollout_timeout_s=12))
-            assert fourth.state == DagRunState.FAILED
-            assert states(fourth)["smoke_test"] == "failed" and states(fourth)["cleanup"] == "success"
-            assert record(local_config) == replaced
-            rolled_back_at = time.time()
             time.sleep(3)
         finally:
             traffic.stop()
@@ -346,10 +430,9 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
     assert traffic.sent and traffic.all_answered(), sorted(set(traffic.sent) - {a[0] for a in traffic.answers})
     assert traffic.dead == []
     served = {version for _, version, _ in traffic.answers}
-    assert {v1, v2, v3} <= served and version_of(fourth) not in served
+    assert {v1, v2, v3} <= served and not {version_of(noisy), version_of(slow)} & served
     assert traffic.versions_after(switched_at) <= {v2, v3}
     assert traffic.versions_after(replaced_at) == {v3}
-    assert traffic.versions_after(rolled_back_at) == {v3}
 
     # The janitor, beside the live deployment: a run killed mid-launch, whose DAG run is then deleted.
     the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config, record(local_config))

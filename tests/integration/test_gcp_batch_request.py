@@ -18,7 +18,7 @@ from gpuflow.preflight import has_errors, run_preflight
 from gpuflow.runs.batch_templates import fill_batch_paths
 from gpuflow.runs.naming import resource_names
 from gpuflow.steps.launch import pipeline_argv
-from tests.gcp_fakes import FakeGoogleCloud
+from tests.gcp_fakes import FakeGoogleCloud, file_patterns
 from tests.helpers import GCP_TEST_PROJECT
 
 BUCKET = "gpuflow-batch-request-test"
@@ -69,19 +69,6 @@ def accelerator_hints(pipeline) -> dict[str, bytes]:
     environments = pipeline.components.environments
     return {t.unique_name: environments[t.environment_id].resource_hints.get(ACCELERATOR_HINT, b"")
             for t in pipeline.components.transforms.values() if t.environment_id}
-
-
-def file_patterns(pipeline) -> dict[str, str]:
-    """The file each text read and write names, from the transforms' display data: what the job reads and writes."""
-    from apache_beam.portability.api import beam_runner_api_pb2
-
-    patterns = {}
-    for transform in pipeline.components.transforms.values():
-        for item in transform.display_data:
-            payload = beam_runner_api_pb2.LabelledPayload.FromString(item.payload)
-            if payload.key == "file_pattern":  # on the composite's parts: ReadPrompts/Read, WriteAnswers/Write/...
-                patterns[transform.unique_name.split("/")[0]] = payload.string_value
-    return patterns
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

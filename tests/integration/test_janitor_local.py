@@ -73,3 +73,51 @@ def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config, 
                 pubsub.delete_topic(topic=topic, project_id=PROJECT, fail_if_not_exists=False)
             gcs.delete_bucket(bucket_name=TEAM_BUCKET, force=True)
             delete_resources(config, killed, LOCAL_CONN_ID)
+
+
+def test_a_killed_runs_rollout_evaluation_is_stopped_and_its_answers_swept(janitor, config, config_file):
+    """A run killed while its rollout gate evaluated (gpuflow.steps.evaluation): its evaluation job still runs, its
+    answers lie under its folder in the team's bucket, and its DAG run is gone. The janitor stops the one and deletes
+    the other, and leaves the bucket and what else lies in it."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    from gpuflow.platform.emulators import process_alive, stop_process_group
+    from gpuflow.platform.processes import LABELS_VARIABLE, spawn_logged
+    from gpuflow.steps.evaluation import answers_folder
+    from tests.helpers import site_config
+
+    bucket = f"{PROJECT}-team"
+    shared = site_config("janitor-shared-bucket.yaml", config_file, bucket=bucket)
+    team = load_config(shared)
+    killed = resource_names(team, "gf-00000000ed")
+    answers = answers_folder(killed, "candidate") + "responses.jsonl"
+    state_dir = Path(team.local.state_dir)
+    with emulator_environment(team):
+        gcs = GCSHook(gcp_conn_id=LOCAL_CONN_ID)
+        gcs.create_bucket(bucket_name=bucket, project_id=PROJECT)
+        gcs.upload(bucket, "team/keep.jsonl", data="{}\n")
+        create_resources(team, killed, LOCAL_CONN_ID, pubsub=False, lease=("llm_streaming_inference", "manual__gone"))
+        gcs.upload(bucket, answers.removeprefix(f"gs://{bucket}/"), data='{"id": "a", "response": "x"}\n')
+    stem = f"{killed.prefix}-eval-candidate"  # as LocalProcesses.launch_pipeline names an evaluation job's files
+    pid = spawn_logged([sys.executable, "-c", "import time; time.sleep(900)", "llm_inference.py"],
+                       state_dir / f"{stem}.log", {**__import__("os").environ,
+                                                    LABELS_VARIABLE: json.dumps(killed.labels)})
+    (state_dir / f"{stem}.pid").write_text(str(pid))
+    try:
+        run = janitor.test(run_conf={"config_file": shared})
+        assert run.state == DagRunState.SUCCESS
+        result = run.get_task_instance("janitor").xcom_pull(task_ids="janitor")
+        assert [job["id"] for job in result["jobs"]] == [str(pid)]
+        assert any(killed.prefix in prefix for prefix in result["prefixes"]), result["prefixes"]
+        assert not process_alive(pid)
+        with emulator_environment(team):
+            assert gcs.list(bucket, prefix=killed.object_prefix) == []
+            assert gcs.list(bucket, prefix="team/") == ["team/keep.jsonl"]
+    finally:
+        stop_process_group(pid)
+        with emulator_environment(team):
+            gcs.delete_bucket(bucket_name=bucket, force=True)

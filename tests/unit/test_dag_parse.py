@@ -32,8 +32,8 @@ def test_dagbag_loads_without_import_errors():
     assert bag.import_errors == {}
     dag = bag.dags["llm_streaming_inference"]
     assert [t.task_id for t in dag.topological_sort()] == [
-        "preflight", "check_quota", "setup", "export_model", "build_container", "verify_gpu", "launch", "smoke_test",
-        "promote", "cleanup",
+        "preflight", "check_quota", "setup", "export_model", "build_container", "verify_gpu", "evaluate", "launch",
+        "smoke_test", "promote", "cleanup",
     ]
     assert dag.get_task("cleanup").is_teardown
     assert dag.get_task("setup").is_setup and dag.get_task("launch").is_setup
@@ -43,8 +43,8 @@ def test_dagbag_loads_without_import_errors():
     # The tasks that start GPU jobs share the gpuflow_gpu pool, in every DAG; the others use the default pool.
     in_pool = {(dag_id, task.task_id) for dag_id, one in bag.dags.items() for task in one.tasks
                if task.pool == "gpuflow_gpu"}
-    assert in_pool == {("llm_streaming_inference", "verify_gpu"), ("llm_streaming_inference", "launch"),
-                       ("llm_batch_inference", "verify_gpu"), ("llm_batch_inference", "run_batch"),
+    assert in_pool == {("llm_streaming_inference", "verify_gpu"), ("llm_streaming_inference", "evaluate"),
+                       ("llm_streaming_inference", "launch"), ("llm_batch_inference", "verify_gpu"), ("llm_batch_inference", "run_batch"),
                        ("dataproc_gpu_batch", "batch")}
     batch = bag.dags["llm_batch_inference"]
     assert [t.task_id for t in batch.topological_sort()] == [

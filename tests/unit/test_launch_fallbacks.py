@@ -19,7 +19,7 @@ class RecordingPlatform:
     def __init__(self, config):
         self.config = config
 
-    def launch_pipeline(self, argv, names, image, streaming=True):
+    def launch_pipeline(self, argv, names, image, streaming=True, kind=""):
         self.log.append(("launch", self.config.region))
         return JobHandle(kind="dataflow", id=f"job-{len(self.log)}", name=names.job_name, location=self.config.region)
 

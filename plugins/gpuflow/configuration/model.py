@@ -538,6 +538,36 @@ class DeploymentConfig(_Section):
         return value
 
 
+
+
+class RolloutConfig(_Section):
+    """A lasting deployment's rollout gate: before traffic switches, the serving version and the candidate answer
+    the same evaluation set, and the candidate is promoted only within these bounds (docs/deployment.md). Only the
+    configuration file sets these: a run's conf cannot."""
+
+    eval_set: str | None = Field(None, description=(
+        "The evaluation set: a JSONL file of {\"id\", \"prompt\", optional \"reference\"} lines, as a gs:// URI "
+        "in the bucket (the local profile: also a file under local.state_dir). Empty: no gate; the log says so."))
+    score: Literal["exact", "contains", "rouge_l"] = Field("rouge_l", description=(
+        "How an answer is scored against its reference: exact (the same text, spaces and case aside), contains "
+        "(the reference within the answer), rouge_l (ROUGE-L F1, Google Research's rouge-score). A prompt without "
+        "a reference scores the candidate's agreement with the serving version's answer, the same way."))
+    max_score_drop: float = Field(0.05, ge=0, le=1, description=(
+        "The candidate is promoted only if its mean score is at least the serving version's minus this."))
+    max_latency_ratio: float = Field(1.5, ge=1, description=(
+        "The candidate is promoted only if its p95 latency per prompt is at most the serving version's times this."))
+
+    @field_validator("eval_set")
+    @classmethod
+    def _jsonl(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.endswith(".jsonl"):
+            raise ValueError("must name a .jsonl file (one JSON object per line: id, prompt, optional reference)")
+        no_dot_segments(value)
+        return value
+
+
 class AllowedConfig(_Section):
     """What a run may choose beyond its knobs. Only the configuration file sets these (the deployment manager's, or
     the DAG author's): a run's conf cannot (docs/security.md)."""
@@ -650,6 +680,7 @@ class GpuflowConfig(_Section):
     local: LocalConfig = LocalConfig()
     batch: BatchConfig = BatchConfig()
     deployment: DeploymentConfig = DeploymentConfig()
+    rollout: RolloutConfig = RolloutConfig()
     janitor: JanitorConfig = JanitorConfig()
     allowed: AllowedConfig = AllowedConfig()
     limits: LimitsConfig = LimitsConfig()

@@ -1,4 +1,4 @@
-"""The operators of a persistent deployment: promote (llm_streaming_inference), teardown
+"""The operators of a persistent deployment: evaluate and promote (llm_streaming_inference), teardown
 (llm_streaming_teardown) and the janitor (gpuflow_janitor)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuflow.operators.airflow_names import AirflowException, AirflowFailException
 from gpuflow.operators.base import JobWaitingOperator, event_succeeded, rollout_plan
-from gpuflow.operators.links import DataflowConsoleLink
+from gpuflow.operators.links import DataflowConsoleLink, RolloutGatePageLink
 from gpuflow.operators.streaming import CleanupOperator, PreflightOperator, _handle_of, _image_of
 
 if TYPE_CHECKING:
@@ -27,6 +27,93 @@ class MaintenancePreflightOperator(PreflightOperator):
     workflow = "maintenance"
 
 
+class EvaluateOperator(JobWaitingOperator):
+    """The rollout gate, before anything switches: the evaluation set (``rollout.eval_set``) runs through the
+    serving version and the candidate, each a batch job on its own hardware (gcp: a batch Dataflow job on the
+    version's GPU type and image; local: the batch runner), one after the other, waited for deferred; then the
+    candidate is promoted only if its mean score is within ``rollout.max_score_drop`` of the serving version's and
+    its p95 latency within ``rollout.max_latency_ratio`` times (``gpuflow.runs.rollout_gate``). Refused, the task
+    fails naming the bound and both figures, and nothing has switched: the launch never runs. A first deployment is
+    scored against the set's references alone. Ephemeral runs, and a configuration without ``rollout.eval_set``,
+    have no gate (the log says so). The decision goes to XCom (key ``rollout_gate``, pass or fail) and to a page in
+    the deployment's folder (the "Rollout gate" link on gcp); promote keeps it in the deployment's record.
+
+    :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
+    :param image: the candidate's worker image (``BuildContainerOperator``'s result).
+    """
+
+    execution_timeout_from = "evaluation"  # its execution_timeout: gpuflow.runs.task_timeouts
+
+    ui_color = "#fff3cd"
+    operator_extra_links = (DataflowConsoleLink(), RolloutGatePageLink())
+    template_fields: Sequence[str] = ("config_json", "image")
+    DECISION_KEY = "rollout_gate"
+
+    def __init__(self, *, image: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.image = image
+
+    def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
+        from gpuflow.configuration.model import ConfigError
+        from gpuflow.steps.evaluation import read_eval_set
+
+        rollout = rollout_plan(context, config, names, platform.conn_id)
+        skipped = ("deployment.mode ephemeral: no lasting deployment to gate" if rollout is None else
+                   None if config.rollout.eval_set else "no rollout.eval_set in the configuration file: no gate")
+        if skipped or rollout is None:
+            log.info("%s", skipped)
+            return {"decision": "skipped", "why": skipped}
+        try:
+            prompts = read_eval_set(config, platform.conn_id)  # a bad set fails here, before any job starts
+        except ConfigError as error:
+            raise AirflowFailException(str(error)) from None
+        if rollout.record is None and all(prompt.reference is None for prompt in prompts):
+            skipped = ("a first deployment, and the evaluation set has no references: nothing to compare with, so "
+                       "the gate is skipped")
+            log.info("%s", skipped)
+            return {"decision": "skipped", "why": skipped}
+        return self._start(context, config, names, number=0)
+
+    def _start(self, context: Any, config: GpuflowConfig, names: ResourceNames, number: int) -> Any:
+        from gpuflow.platform import get_platform
+        from gpuflow.steps.evaluation import evaluation_versions, start_evaluation
+
+        rollout = rollout_plan(context, config, names, get_platform(config).conn_id)
+        assert rollout is not None  # (execute_step gates ephemeral runs out)
+        version = evaluation_versions(config, names, rollout, _image_of(self.image))[number]
+        platform = get_platform(version.config)  # the serving version's job runs on its own recorded hardware
+        handle = start_evaluation(platform, version, config)
+        self.remember_job(platform, handle)
+        context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
+        return self.defer_on(context, version.config, platform, handle, "done",
+                             platform.job_timeout_s("running") + config.batch.job_timeout_s, number=number)
+
+    def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
+                              event: dict[str, Any], *, handle: JobHandle, number: int) -> Any:
+        from gpuflow.steps.evaluation import evaluation_versions, gate, write_report
+
+        if not event_succeeded(event):
+            raise AirflowException(f"the evaluation job {handle.name} did not finish: {event.get('message')}. "
+                                   "Nothing switched; the serving version keeps all traffic.")
+        rollout = rollout_plan(context, config, names, platform.conn_id)
+        assert rollout is not None  # (execute_step gates ephemeral runs out)
+        versions = evaluation_versions(config, names, rollout, _image_of(self.image))
+        if number + 1 < len(versions):
+            return self._start(context, config, names, number + 1)
+        decision = gate(config, platform.conn_id, versions)
+        result = decision.model_dump(mode="json")
+        context["ti"].xcom_push(key=self.DECISION_KEY, value=result)
+        page, console = write_report(config, platform.conn_id, names, decision, context["run_id"])
+        context["ti"].xcom_push(key=RolloutGatePageLink.source_key, value=console)
+        log.info("the rollout gate's page: %s", page)
+        if decision.refused:
+            raise AirflowFailException(
+                f"rollout of {names.model_version} to deployment {names.deployment} refused: {decision.why}. "
+                f"Nothing switched: {rollout.served.model_version} keeps all traffic. Fix: a better candidate, or "
+                "wider bounds (rollout.max_score_drop, rollout.max_latency_ratio) in the configuration file.")
+        return result
+
+
 class PromoteOperator(JobWaitingOperator):
     """The new version answered the smoke test: record it as the deployment's state (the record names its job, its
     image and its model version), and drain the job it replaced. Ephemeral runs have nothing to promote.
@@ -36,17 +123,19 @@ class PromoteOperator(JobWaitingOperator):
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     :param image: the worker image the new version runs (``BuildContainerOperator``'s result), for the record.
     :param job_handle: the new version's job handle, ``LaunchPipelineOperator``'s result (``launch.output``).
+    :param evaluation: the rollout gate's decision, ``EvaluateOperator``'s result (``evaluate.output``), kept in the
+        record.
     """
 
     execution_timeout_from = "job_stop"  # its execution_timeout: gpuflow.runs.task_timeouts
 
     ui_color = "#d4edda"
     operator_extra_links = (DataflowConsoleLink(),)
-    template_fields: Sequence[str] = ("config_json", "image", "job_handle")
+    template_fields: Sequence[str] = ("config_json", "image", "job_handle", "evaluation")
 
-    def __init__(self, *, image: Any = None, job_handle: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, image: Any = None, job_handle: Any = None, evaluation: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.image, self.job_handle = image, job_handle
+        self.image, self.job_handle, self.evaluation = image, job_handle, evaluation
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.steps.deployment import after_replaced_job, promote
@@ -61,7 +150,9 @@ class PromoteOperator(JobWaitingOperator):
         context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
         result = {"deployment": names.deployment, "path": rollout.path, "why": rollout.why,
                   "model_version": names.model_version, "job": handle.to_xcom()}
-        draining = promote(config, names, platform, rollout, handle, _image_of(self.image), context["run_id"])
+        gated = self.evaluation if isinstance(self.evaluation, dict) and self.evaluation.get("candidate") else None
+        draining = promote(config, names, platform, rollout, handle, _image_of(self.image), context["run_id"],
+                           evaluation=gated)
         if draining is not None and draining.kind == "dataflow":
             return self.defer_on(context, config, platform, draining, "stopped", result=result)
         return {**result, "replaced": draining.to_xcom() if draining else None,

@@ -47,3 +47,10 @@ class VertexAIConsoleLink(XComUrlLink):
 class CloudBuildConsoleLink(XComUrlLink):
     name = "Cloud Build"
     source_key = "cloud_build_url"
+
+
+class RolloutGatePageLink(XComUrlLink):
+    """The rollout gate's page (both versions' figures and the decision) in the deployment's folder."""
+
+    name = "Rollout gate"
+    source_key = "rollout_gate_url"

@@ -90,9 +90,11 @@ class JobBackend(Backend, Protocol):
         """The run's GPU check that an earlier try started, found by its name: still running, or (local) ended
         well; None when there is none to wait on (then a new one starts)."""
 
-    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str, streaming: bool = True) -> JobHandle:
+    def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str, streaming: bool = True,
+                        kind: str = "") -> JobHandle:
         """Start the inference pipeline, streaming or batch; return as soon as its handle exists (the task defers
-        until it runs, or a batch job until it is done)."""
+        until it runs, or a batch job until it is done). ``kind`` names a job that is not the run's pipeline (a
+        rollout's evaluation jobs: ``eval-serving``, ``eval-candidate``), so that it has a name of its own."""
 
     def job_timeout_s(self, until: str) -> float:
         """How long a job of this profile may take to reach ``until`` (running, done or stopped)."""

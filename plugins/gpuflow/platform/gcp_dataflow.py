@@ -160,8 +160,8 @@ class DataflowJobs(GcpService):
         return self.start_template(template_uri, template, job_name, names, streaming)
 
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "",
-                        streaming: bool = True) -> JobHandle:
-        job_name = job_name_for(names, self.config, "llm-inference" if streaming else "llm-batch")
+                        streaming: bool = True, kind: str = "") -> JobHandle:
+        job_name = job_name_for(names, self.config, kind or ("llm-inference" if streaming else "llm-batch"))
         return self.start_job("llm_inference.py", argv, names, image, job_name, streaming=streaming)
 
     def update_pipeline(self, argv: list[str], names: ResourceNames, image: str, job_name: str,

@@ -69,9 +69,9 @@ class LocalProcesses(LocalService):
         return JobHandle(kind="local-process", id=str(pid), name=job_name, location=str(log_path))
 
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "",
-                        streaming: bool = True) -> JobHandle:
-        return self._start_process(self.pipeline_command(argv, streaming), f"{names.prefix}-pipeline",
-                                   names.job_name, names.labels)
+                        streaming: bool = True, kind: str = "") -> JobHandle:
+        return self._start_process(self.pipeline_command(argv, streaming), f"{names.prefix}-{kind or 'pipeline'}",
+                                   f"{names.job_name}-{kind}" if kind else names.job_name, names.labels)
 
     def job_timeout_s(self, until: str) -> float:
         # The GPU check runs a whole (small) batch pipeline: its start, then its work.
@@ -115,14 +115,13 @@ class LocalProcesses(LocalService):
         return labels
 
     def find_run_jobs(self, names: ResourceNames) -> list[JobHandle]:
-        """The run's pipeline and GPU check processes, from their pid files."""
+        """The run's processes (its pipeline, its GPU check, its evaluation jobs), from their pid files."""
         handles = []
-        for stem, job_name in ((f"{names.prefix}-pipeline", names.job_name),
-                               (f"{names.prefix}-gpu-check", names.job_name + "-gpu-check")):
-            pid_file = self.state_dir / f"{stem}.pid"
-            if pid_file.exists():
-                handles.append(JobHandle(kind="local-process", id=pid_file.read_text().strip(), name=job_name,
-                                         location=str(self.state_dir / f"{stem}.log")))
+        for pid_file in sorted(self.state_dir.glob(f"{names.prefix}-*.pid")):
+            kind = pid_file.stem.removeprefix(f"{names.prefix}-")
+            handles.append(JobHandle(kind="local-process", id=pid_file.read_text().strip(),
+                                     name=names.job_name if kind == "pipeline" else f"{names.job_name}-{kind}",
+                                     location=str(pid_file.with_suffix(".log"))))
         return handles
 
 

@@ -198,6 +198,10 @@ def persistent_deployment_usable(config: GpuflowConfig) -> Iterator[Finding]:
     if config.export.model_dir:
         yield warning("export.model_dir", "a persistent deployment exports each run's version into its own "
                       "versions folder; export.model_dir is not used", "leave export.model_dir empty")
+    eval_set = config.rollout.eval_set
+    if eval_set and config.traits.dataflow_workers and not eval_set.startswith("gs://"):
+        yield error("rollout.eval_set", f"{eval_set} is not in Cloud Storage: the evaluation jobs run on Dataflow "
+                    "workers, which read gs:// URIs only", "upload the set to the bucket and name its gs:// URI")
     if config.inference.engine == "vllm":
         yield error("inference.engine", "the vLLM handler cannot switch model versions in a running job (it has no "
                     "update_model_path), so a weights rollout would never take over",

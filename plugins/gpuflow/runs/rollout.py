@@ -67,6 +67,9 @@ class DeploymentRecord(BaseModel):
     changed_by: str = ""  # the DAG run that made this the deployment's state
     url: str | None = None  # the job's console page
     config_file: str = ""  # the configuration file the deployment was made from: only a run of it may change it
+    # the rollout gate that let this version in: both versions' scores and latencies, and the decision
+    # (gpuflow.runs.rollout_gate.GateDecision's JSON; None without rollout.eval_set)
+    evaluation: dict[str, Any] | None = None
 
 
 def owner_problem(record: DeploymentRecord | None, config: GpuflowConfig, what: str) -> str | None:

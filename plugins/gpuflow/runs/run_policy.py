@@ -43,6 +43,8 @@ SITE_ONLY = {
     "profile": "the profile goes with its configuration file",
     "batch.schedule": "the schedule is read when the DAG is parsed",
     "batch.catchup": "catchup is read when the DAG is parsed",
+    **dict.fromkeys(("rollout.eval_set", "rollout.score", "rollout.max_score_drop", "rollout.max_latency_ratio"),
+                    "the rollout gate is the deployment owner's: a run does not pick the bounds it is judged by"),
 }
 
 #: Why a free-text or structured key is the configuration file's alone; a key not listed is free text that no

@@ -159,12 +159,15 @@ SECTIONS = {
 class FormLayout:
     """A DAG's form, declared in its DAG file: its configuration file, the fields set per run, its sections."""
 
-    __slots__ = ("config_file", "run_fields", "sections")
+    __slots__ = ("config_file", "run_fields", "sections", "file_only")
 
-    def __init__(self, config_file: str, run_fields: tuple[str, ...], sections: tuple[str, ...]):
+    def __init__(self, config_file: str, run_fields: tuple[str, ...], sections: tuple[str, ...],
+                 file_only: tuple[str, ...] = ()):
         # A deployment's own file (paths.SITE_CONFIG, written by deploy-composer --config) wins over the local default.
         self.config_file = default_config_file(config_file)
         self.run_fields, self.sections = run_fields, sections
+        # Keys the form shows, read-only, in the configuration file's description: no run may set them.
+        self.file_only = file_only
 
 
 #: The attribute of a DAG that holds its FormLayout (``attach_trigger_form``): its tasks read the form there.
@@ -274,9 +277,18 @@ def dag_params(layout: FormLayout) -> dict[str, Param]:
                     "one in configs/ or the deployment's site folder (docs/security.md). The fields this form sends "
                     "win over it; to run with another file's values, trigger with a conf that names config_file alone "
                     f"(REST API, or `airflow dags trigger --conf`). This DAG was parsed with {layout.config_file}: "
-                    "the values the form shows are that file's.",
+                    "the values the form shows are that file's." + _file_only_note(layout, values),
     )
     return params
+
+
+def _file_only_note(layout: FormLayout, values: dict[str, Any]) -> str:
+    """The keys only the configuration file sets, with that file's values: shown, not editable (not declared, so a
+    run's conf naming one is refused)."""
+    if not layout.file_only:
+        return ""
+    shown = "; ".join(f"{dotted} = {values.get(dotted)}" for dotted in layout.file_only)
+    return f" Set in the file only, never by a run: {shown}."
 
 
 def attach_trigger_form(dag: Any, layout: FormLayout) -> None:

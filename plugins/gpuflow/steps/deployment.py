@@ -82,7 +82,7 @@ def update_in_place(config: GpuflowConfig, names: ResourceNames, platform: JobBa
 
 
 def promote(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, rollout: RolloutPlan,
-            handle: JobHandle, image: str, run_id: str) -> JobHandle | None:
+            handle: JobHandle, image: str, run_id: str, evaluation: dict[str, Any] | None = None) -> JobHandle | None:
     """The new version answered: record it as the deployment's state. On the replace path, ask the old job to drain
     (so that what it holds is answered) and return it, for the task to wait until it has stopped."""
     record = DeploymentRecord(
@@ -90,7 +90,7 @@ def promote(config: GpuflowConfig, names: ResourceNames, platform: JobBackend, r
         subscription=rollout.served.subscription if rollout.path == "weights" else names.prompts_subscription,
         image=image, model_version=names.model_version, model_dir_uri=names.model_dir_uri,
         state_dict_uri=names.state_dict_uri, options=job_options(config), changed_by=run_id, url=handle.url,
-        config_file=config.source_file or "")
+        config_file=config.source_file or "", evaluation=evaluation)
     Records(config, platform.conn_id).write(record, expected=rollout.record)
     if rollout.path != "replace" or rollout.record is None:
         return None

@@ -14,13 +14,16 @@ from gpuflow.steps.placements import Placement, fallback_configs, next_placement
 log = logging.getLogger(__name__)
 
 
-def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = False) -> list[str]:
+def pipeline_argv(config: GpuflowConfig, names: ResourceNames, batch: bool = False,
+                  batch_io: list[str] | None = None) -> list[str]:
     """The llm_inference.py arguments both profiles share; the platform adds the runner's options.
 
     Streaming: the run's Pub/Sub topics. Batch: the interval's input, and the run's staging folders, which the DAG
-    publishes once the job has succeeded (``gpuflow.steps.batch``)."""
+    publishes once the job has succeeded (``gpuflow.steps.batch``); or ``batch_io``'s (a rollout's evaluation)."""
     project = config.project
-    if batch:
+    if batch and batch_io:
+        io = batch_io
+    elif batch:
         from gpuflow.runs.batch_paths import staging_folders
 
         answers, dead_letters = staging_folders(config, names.prefix)
