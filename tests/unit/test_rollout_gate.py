@@ -145,3 +145,13 @@ def test_preflight_refuses_an_evaluation_set_dataflow_workers_cannot_read():
 
     assert "rollout.eval_set" in findings("eval/set.jsonl")
     assert "rollout.eval_set" not in findings("gs://bkt/eval/set.jsonl")
+
+
+def test_the_form_shows_the_gate_read_only():
+    from tests.helpers import dag_bag
+
+    params = dag_bag().dags["llm_streaming_inference"].params
+    description = params.get_param("config_file").description
+    assert "Set in the file only, never by a run: rollout.eval_set = None; rollout.score = rouge_l; " \
+           "rollout.max_score_drop = 0.05; rollout.max_latency_ratio = 1.5." in description
+    assert not [key for key in params if key.startswith("rollout__")]  # no field: a conf naming one is refused
