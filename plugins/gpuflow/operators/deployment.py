@@ -30,7 +30,8 @@ class MaintenancePreflightOperator(PreflightOperator):
 class EvaluateOperator(JobWaitingOperator):
     """The rollout gate, before anything switches: the evaluation set (``rollout.eval_set``) runs through the
     serving version and the candidate, each a batch job on its own hardware (gcp: a batch Dataflow job on the
-    version's GPU type and image; local: the batch runner), one after the other, waited for deferred; then the
+    version's GPU type and image, both started at once; local: the batch runner, one at a time, since the two would
+    share this machine's processors), waited for deferred; then the
     candidate is promoted only if its mean score is within ``rollout.max_score_drop`` of the serving version's and
     its p95 latency within ``rollout.max_latency_ratio`` times (``gpuflow.runs.rollout_gate``). Refused, the task
     fails naming the bound and both figures, and nothing has switched: the launch never runs. A first deployment is
@@ -55,7 +56,7 @@ class EvaluateOperator(JobWaitingOperator):
 
     def execute_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any) -> Any:
         from gpuflow.configuration.model import ConfigError
-        from gpuflow.steps.evaluation import read_eval_set
+        from gpuflow.steps.evaluation import evaluation_versions, read_eval_set
 
         rollout = rollout_plan(context, config, names, platform.conn_id)
         skipped = ("deployment.mode ephemeral: no lasting deployment to gate" if rollout is None else
@@ -72,34 +73,67 @@ class EvaluateOperator(JobWaitingOperator):
                        "the gate is skipped")
             log.info("%s", skipped)
             return {"decision": "skipped", "why": skipped}
-        return self._start(context, config, names, number=0)
+        versions = evaluation_versions(config, names, rollout, _image_of(self.image))
+        # On Dataflow each job gets workers of its own, and its start takes minutes: both start at once. Locally the
+        # two would share this machine's processors, and each would slow the other's answers: one at a time.
+        at_once = len(versions) if config.traits.dataflow_workers else 1
+        jobs: list[dict[str, Any] | None] = [None] * len(versions)
+        self._started = []
+        for number in range(at_once):
+            jobs[number] = self._start(context, config, names, number)
+        return self._wait(context, config, names, jobs, number=0)
 
-    def _start(self, context: Any, config: GpuflowConfig, names: ResourceNames, number: int) -> Any:
+    _started: list[Any] = []  # (platform, job) of each evaluation job this task started in its process
+
+    def _start(self, context: Any, config: GpuflowConfig, names: ResourceNames, number: int) -> dict[str, Any]:
         from gpuflow.platform import get_platform
         from gpuflow.steps.evaluation import evaluation_versions, start_evaluation
 
         rollout = rollout_plan(context, config, names, get_platform(config).conn_id)
         assert rollout is not None  # (execute_step gates ephemeral runs out)
         version = evaluation_versions(config, names, rollout, _image_of(self.image))[number]
-        platform = get_platform(version.config)  # the serving version's job runs on its own recorded hardware
-        handle = start_evaluation(platform, version, config)
-        self.remember_job(platform, handle)
-        context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=handle.to_xcom())
-        return self.defer_on(context, version.config, platform, handle, "done",
-                             platform.job_timeout_s("running") + config.batch.job_timeout_s, number=number)
+        platform = get_platform(version.config)  # the serving version's job on its own recorded hardware
+        job = start_evaluation(platform, version, config).to_xcom()
+        self._started = [*self._started, (platform, job)]
+        context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=job)
+        return job
+
+    def on_kill(self) -> None:
+        """Before the task defers, a kill stops every evaluation job it started (then the trigger stops the one it
+        waits on, and the run's cleanup, a teardown, every other job of the run)."""
+        from gpuflow.platform import JobHandle
+
+        for platform, job in self._started if self.cancel_on_kill else []:
+            platform.stop_pipeline(JobHandle.model_validate(job))
+
+    def _wait(self, context: Any, config: GpuflowConfig, names: ResourceNames,
+              jobs: list[dict[str, Any] | None], number: int) -> Any:
+        """Wait, deferred, for evaluation job ``number`` (started now if it waited for the one before)."""
+        from gpuflow.platform import JobHandle, get_platform
+        from gpuflow.steps.evaluation import evaluation_versions
+
+        job = jobs[number] or self._start(context, config, names, number)
+        jobs = [*jobs[:number], job, *jobs[number + 1:]]
+        rollout = rollout_plan(context, config, names, get_platform(config).conn_id)
+        assert rollout is not None  # (execute_step gates ephemeral runs out)
+        version = evaluation_versions(config, names, rollout, _image_of(self.image))[number]
+        platform = get_platform(version.config)
+        return self.defer_on(context, version.config, platform, JobHandle.model_validate(job), "done",
+                             platform.job_timeout_s("running") + config.batch.job_timeout_s, number=number, jobs=jobs)
 
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
-                              event: dict[str, Any], *, handle: JobHandle, number: int) -> Any:
+                              event: dict[str, Any], *, handle: JobHandle, number: int,
+                              jobs: list[dict[str, Any] | None]) -> Any:
         from gpuflow.steps.evaluation import evaluation_versions, gate, write_report
 
         if not event_succeeded(event):
             raise AirflowException(f"the evaluation job {handle.name} did not finish: {event.get('message')}. "
                                    "Nothing switched; the serving version keeps all traffic.")
+        if number + 1 < len(jobs):
+            return self._wait(context, config, names, jobs, number + 1)
         rollout = rollout_plan(context, config, names, platform.conn_id)
         assert rollout is not None  # (execute_step gates ephemeral runs out)
         versions = evaluation_versions(config, names, rollout, _image_of(self.image))
-        if number + 1 < len(versions):
-            return self._start(context, config, names, number + 1)
         decision = gate(config, platform.conn_id, versions)
         result = decision.model_dump(mode="json")
         context["ti"].xcom_push(key=self.DECISION_KEY, value=result)

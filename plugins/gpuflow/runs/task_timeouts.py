@@ -56,7 +56,8 @@ def timeouts_s(get: Lookup, spare_fallbacks: int = 0) -> dict[str, float]:
         "every_region_stops": (_regions(get) + spare_fallbacks) * stop + MARGIN_S,  # a job in each region, in turn
         "input": float(get("batch.input_wait_s")) + MARGIN_S,
         "batch_job": job_starts + float(get("batch.job_timeout_s")),
-        # a rollout's evaluation: two batch jobs in turn (the serving version's, the candidate's), each started once
+        # a rollout's evaluation: two batch jobs (the serving version's, the candidate's), started at once and waited
+        # for one after the other (the bound allows them in turn)
         "evaluation": 2 * (max(start, local_start) + MARGIN_S + float(get("batch.job_timeout_s"))),
         "publish": 2 * SHORT_S,  # counts every line again and copies the files within their bucket
         "gpu_usage": float(get("smoke_test.gpu_usage_timeout_s")) + MARGIN_S,

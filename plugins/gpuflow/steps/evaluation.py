@@ -1,6 +1,6 @@
 """evaluate: a lasting deployment's rollout gate, acted out. The evaluation set (``rollout.eval_set``) goes through
 the serving version and the candidate, each as a batch job of the batch DAG's own machinery (gcp: a batch Dataflow
-job on the version's GPU type and image; local: the batch runner), one after the other and with the same batches
+job on the version's GPU type and image; local: the batch runner, one at a time) with the same batches
 (``fixed_batching``); then the gate decides on their answers (``gpuflow.runs.rollout_gate``), and its page is written into the
 deployment's folder.
 
