@@ -185,7 +185,7 @@ class LiveAirflow:
                 if answer.json().get("is_paused"):
                     self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
                 return answer.json()
-            time.sleep(2)
+            time.sleep(1)
         raise TimeoutError(f"{dag_id} was not parsed within {timeout_s}s: {self.log_tail('dag-processor')}")
 
     def wait_for_new_run(self, dag_id: str, known: set[str], timeout_s: float = 60) -> str:
@@ -219,7 +219,7 @@ class LiveAirflow:
                 listing = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
                 for ti in listing["task_instances"]:
                     states_seen.setdefault(ti["task_id"], set()).add(ti["state"])
-            time.sleep(1 if states_seen is not None else 3)
+            time.sleep(1)
         raise TimeoutError(f"run {run_id} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")
 
     def wait_for_backfill_runs(self, dag_id: str, days: list[str], timeout_s: float) -> list[dict]:
@@ -233,6 +233,6 @@ class LiveAirflow:
             if len(runs) == len(days) and all(run["state"] in ("success", "failed") for run in runs) and all(
                     backfill["completed_at"] for backfill in backfills):  # (one backfill of a DAG at a time)
                 return runs
-            time.sleep(3)
+            time.sleep(1)
         raise TimeoutError(f"the backfill of {days} did not finish within {timeout_s}s: {self.log_tail('scheduler')}")
 

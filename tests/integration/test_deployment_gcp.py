@@ -303,8 +303,11 @@ def test_the_rollout_gate_runs_both_versions_as_batch_jobs_of_the_run_then_decid
     assert "score: " in decision.why and "latency: " in decision.why and "0.5s" in decision.why
     page, console = write_report(config, "google_cloud_default", names, decision, "manual__gated")
     assert page == f"gs://{BUCKET}/gpuflow/deployments/chat/evaluations/{names.prefix}.md"
-    assert console == (f"https://console.cloud.google.com/storage/browser/_details/{BUCKET}/gpuflow/deployments/chat/"
-                       f"evaluations/{names.prefix}.md")
+    # The provider's FileDetailsLink, as its link to the page would be.
+    from airflow.providers.google.common.links.storage import FileDetailsLink
+
+    assert console == FileDetailsLink.format_str.format(
+        uri=f"{BUCKET}/gpuflow/deployments/chat/evaluations/{names.prefix}.md", project_id=GCP_TEST_PROJECT)
     assert b"| mean score (contains) | 1.0 | 0.5 |" in records.gcs.download(BUCKET, page.removeprefix(f"gs://{BUCKET}/"))
 
     # A candidate that answers as well, as fast: promoted, and the record keeps both versions' figures.

@@ -1,6 +1,6 @@
 """A persistent deployment on the local profile, end to end with the real Airflow (dag.test()), the emulators and
 a detached DirectRunner process: deploy v1, roll v2 (the same weights, re-exported) out while prompts flow, refuse
-a v3 of noisy weights and a v4 made slower at the rollout gate (rollout.eval_set: both versions' answers to gpuflow's
+a v3 of noisy weights made slower too at the rollout gate (rollout.eval_set: both versions' answers to gpuflow's
 demo evaluation set, on the batch runner), replace the job for a changed option, tear it all down. Every published
 prompt is answered.
 
@@ -30,7 +30,7 @@ DEPLOYMENT = "gf-test-deploy"
 BUCKET = "gpuflow-deploy-test"
 #: The rollout gate's evaluation set, in the bucket: gpuflow's demo set (no references: agreement with the serving
 #: version). The latency bound is wide, since the serving job and another test share two cores with the evaluation
-#: jobs; the slower candidate generates 16 times the tokens.
+#: jobs.
 EVAL_SET = f"gs://{BUCKET}/eval/demo.jsonl"
 MAX_LATENCY_RATIO = 4.0
 
@@ -43,7 +43,7 @@ def dags(airflow_db):
     return bag.dags["llm_streaming_inference"], bag.dags["llm_streaming_teardown"], bag.dags["gpuflow_janitor"]
 
 
-def conf(local_config, model_dir: Path, **extra) -> dict:
+def conf(local_config, model_dir: Path, latency_ratio: float = MAX_LATENCY_RATIO, **extra) -> dict:
     """A deployment's run: its bucket and model in the site's configuration file, the knobs in the conf."""
     from tests.helpers import local_site_file, site_config
 
@@ -53,7 +53,7 @@ def conf(local_config, model_dir: Path, **extra) -> dict:
         "config_file": site_config("deployment.yaml", local_site_file(), bucket=BUCKET,
                                    **{"model.name": str(model_dir), "limits.lasting_deployments": True,
                                       "deployment.refresh_interval_s": 1, "rollout.eval_set": EVAL_SET,
-                                      "rollout.max_latency_ratio": MAX_LATENCY_RATIO}),
+                                      "rollout.max_latency_ratio": latency_ratio}),
         "deployment__mode": "persistent", "deployment__name": DEPLOYMENT,
         # A replacement job loads its model while the old one serves and another test may run beside: on two
         # cores its first answer came after 60 s. The smoke test ends as soon as every answer is in.
@@ -275,9 +275,9 @@ def gate_of(run) -> dict:
     return ti.xcom_pull(task_ids="evaluate", key="rollout_gate") or ti.xcom_pull(task_ids="evaluate")
 
 
-def refused_at_the_gate(run, bound: str, local_config, serving: str) -> None:
-    """The gate refused the run's version, naming ``bound`` with both figures: nothing launched, the record and the
-    serving version's pointer are as they were, and cleanup ran."""
+def refused_at_the_gate(run, bounds: tuple[str, ...], local_config, serving: str) -> None:
+    """The gate refused the run's version, naming each of ``bounds`` with both figures: nothing launched, the record
+    and the serving version's pointer are as they were, and cleanup ran."""
     from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.platform.records import Records
 
@@ -285,11 +285,13 @@ def refused_at_the_gate(run, bound: str, local_config, serving: str) -> None:
     assert states(run)["evaluate"] == "failed" and states(run)["launch"] == "upstream_failed", states(run)
     assert states(run)["cleanup"] == "success", states(run)
     decision = gate_of(run)
-    assert decision["decision"] == "refuse" and bound in decision["why"], decision
-    figures = "mean_score" if bound == "score: " else "p95_latency_s"
-    named = decision["why"][decision["why"].index(bound):]
-    for version in ("serving", "candidate"):
-        assert str(decision[version][figures]) in named, (version, named)
+    assert decision["decision"] == "refuse", decision
+    for bound in bounds:
+        assert bound in decision["why"], decision
+        figures = "mean_score" if bound == "score: " else "p95_latency_s"
+        named = decision["why"][decision["why"].index(bound):]
+        for version in ("serving", "candidate"):
+            assert str(decision[version][figures]) in named, (version, named)
     assert record(local_config)["model_version"] == serving
     with emulator_environment(local_config):
         page = Records(local_config, LOCAL_CONN_ID).gcs.download(
@@ -396,23 +398,21 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
             the_runs_own_objects_are_gone(local_config, second)
             switched_at = time.time()
 
-            # 3. Weights with noise added: they answer otherwise, so the gate refuses them before anything switches.
+            # 3. Weights with noise added, generating 32 times the tokens per answer: they answer otherwise and
+            # slower, so the gate refuses them on both bounds before anything switches. (p95 of 12 prompts in one
+            # batch is one measurement per version: a neighbour's load on the two cores once brought 16 times the
+            # tokens within 4 times the serving version's p95, so the gap is wide and the site's bound, for this
+            # run, tighter: 2.)
             new_weights(model_dir, seed=1)
-            noisy = serve.test(run_conf=conf(local_config, model_dir))
-            refused_at_the_gate(noisy, "score: ", local_config, v2)
-            refusal = gate_of(noisy)
+            refused = serve.test(run_conf=conf(local_config, model_dir, latency_ratio=2.0, model__max_new_tokens=192))
+            refused_at_the_gate(refused, ("score: ", "latency: "), local_config, v2)
+            refusal = gate_of(refused)
             assert refusal["candidate"]["mean_score"] < 1.0 - 0.05 and refusal["serving"]["mean_score"] == 1.0
-            the_runs_own_objects_are_gone(local_config, noisy)
+            assert refusal["candidate"]["p95_latency_s"] > refusal["serving"]["p95_latency_s"] * 2.0
+            the_runs_own_objects_are_gone(local_config, refused)
             write_demo_model(model_dir, seed=0)  # v1's weights again
 
-            # 4. A candidate made slower (16 times the tokens per answer): refused on latency (and, its answers
-            # being longer, on agreement too).
-            slow = serve.test(run_conf=conf(local_config, model_dir, model__max_new_tokens=96))
-            refused_at_the_gate(slow, "latency: ", local_config, v2)
-            slower = gate_of(slow)
-            assert slower["candidate"]["p95_latency_s"] > slower["serving"]["p95_latency_s"] * MAX_LATENCY_RATIO
-
-            # 5. A changed pipeline option: the local DirectRunner cannot update in place, so the job is replaced
+            # 4. A changed pipeline option: the local DirectRunner cannot update in place, so the job is replaced
             # (the gate evaluates both with the candidate's batching, and they agree).
             third = serve.test(run_conf=conf(local_config, model_dir, inference__max_batch_size=8))
             assert third.state == DagRunState.SUCCESS, states(third)
@@ -430,7 +430,7 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
     assert traffic.sent and traffic.all_answered(), sorted(set(traffic.sent) - {a[0] for a in traffic.answers})
     assert traffic.dead == []
     served = {version for _, version, _ in traffic.answers}
-    assert {v1, v2, v3} <= served and not {version_of(noisy), version_of(slow)} & served
+    assert {v1, v2, v3} <= served and version_of(refused) not in served
     assert traffic.versions_after(switched_at) <= {v2, v3}
     assert traffic.versions_after(replaced_at) == {v3}
 

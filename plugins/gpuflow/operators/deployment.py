@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpuflow.configuration.model import GpuflowConfig
     from gpuflow.platform import JobHandle, Platform
     from gpuflow.runs.naming import ResourceNames
+    from gpuflow.steps.evaluation import EvalVersion
 
 log = logging.getLogger(__name__)
 
@@ -73,25 +74,35 @@ class EvaluateOperator(JobWaitingOperator):
                        "the gate is skipped")
             log.info("%s", skipped)
             return {"decision": "skipped", "why": skipped}
-        versions = evaluation_versions(config, names, rollout, _image_of(self.image))
+        self._versions = evaluation_versions(config, names, rollout, _image_of(self.image))
         # On Dataflow each job gets workers of its own, and its start takes minutes: both start at once. Locally the
         # two would share this machine's processors, and each would slow the other's answers: one at a time.
-        at_once = len(versions) if config.traits.dataflow_workers else 1
-        jobs: list[dict[str, Any] | None] = [None] * len(versions)
+        at_once = len(self._versions) if config.traits.dataflow_workers else 1
+        jobs: list[dict[str, Any] | None] = [None] * len(self._versions)
         self._started = []
         for number in range(at_once):
             jobs[number] = self._start(context, config, names, number)
         return self._wait(context, config, names, jobs, number=0)
 
     _started: list[Any] = []  # (platform, job) of each evaluation job this task started in its process
+    _versions: list[EvalVersion] = []  # what this process evaluates (the trigger's event resumes in a new one)
+
+    def _versions_of(self, context: Any, config: GpuflowConfig, names: ResourceNames) -> list[EvalVersion]:
+        """The versions to evaluate, from preflight's rollout plan (checked against the record), once a process."""
+        from gpuflow.platform import get_platform
+        from gpuflow.steps.evaluation import evaluation_versions
+
+        if not self._versions:
+            rollout = rollout_plan(context, config, names, get_platform(config).conn_id)
+            assert rollout is not None  # (execute_step gates ephemeral runs out)
+            self._versions = evaluation_versions(config, names, rollout, _image_of(self.image))
+        return self._versions
 
     def _start(self, context: Any, config: GpuflowConfig, names: ResourceNames, number: int) -> dict[str, Any]:
         from gpuflow.platform import get_platform
-        from gpuflow.steps.evaluation import evaluation_versions, start_evaluation
+        from gpuflow.steps.evaluation import start_evaluation
 
-        rollout = rollout_plan(context, config, names, get_platform(config).conn_id)
-        assert rollout is not None  # (execute_step gates ephemeral runs out)
-        version = evaluation_versions(config, names, rollout, _image_of(self.image))[number]
+        version = self._versions_of(context, config, names)[number]
         platform = get_platform(version.config)  # the serving version's job on its own recorded hardware
         job = start_evaluation(platform, version, config).to_xcom()
         self._started = [*self._started, (platform, job)]
@@ -110,13 +121,10 @@ class EvaluateOperator(JobWaitingOperator):
               jobs: list[dict[str, Any] | None], number: int) -> Any:
         """Wait, deferred, for evaluation job ``number`` (started now if it waited for the one before)."""
         from gpuflow.platform import JobHandle, get_platform
-        from gpuflow.steps.evaluation import evaluation_versions
 
         job = jobs[number] or self._start(context, config, names, number)
         jobs = [*jobs[:number], job, *jobs[number + 1:]]
-        rollout = rollout_plan(context, config, names, get_platform(config).conn_id)
-        assert rollout is not None  # (execute_step gates ephemeral runs out)
-        version = evaluation_versions(config, names, rollout, _image_of(self.image))[number]
+        version = self._versions_of(context, config, names)[number]
         platform = get_platform(version.config)
         return self.defer_on(context, version.config, platform, JobHandle.model_validate(job), "done",
                              platform.job_timeout_s("running") + config.batch.job_timeout_s, number=number, jobs=jobs)
@@ -124,26 +132,24 @@ class EvaluateOperator(JobWaitingOperator):
     def execute_complete_step(self, config: GpuflowConfig, names: ResourceNames, platform: Platform, context: Any,
                               event: dict[str, Any], *, handle: JobHandle, number: int,
                               jobs: list[dict[str, Any] | None]) -> Any:
-        from gpuflow.steps.evaluation import evaluation_versions, gate, write_report
+        from gpuflow.steps.evaluation import gate, write_report
 
         if not event_succeeded(event):
             raise AirflowException(f"the evaluation job {handle.name} did not finish: {event.get('message')}. "
                                    "Nothing switched; the serving version keeps all traffic.")
         if number + 1 < len(jobs):
             return self._wait(context, config, names, jobs, number + 1)
-        rollout = rollout_plan(context, config, names, platform.conn_id)
-        assert rollout is not None  # (execute_step gates ephemeral runs out)
-        versions = evaluation_versions(config, names, rollout, _image_of(self.image))
+        versions = self._versions_of(context, config, names)
         decision = gate(config, platform.conn_id, versions)
         result = decision.model_dump(mode="json")
         context["ti"].xcom_push(key=self.DECISION_KEY, value=result)
         page, console = write_report(config, platform.conn_id, names, decision, context["run_id"])
         context["ti"].xcom_push(key=RolloutGatePageLink.source_key, value=console)
         log.info("the rollout gate's page: %s", page)
-        if decision.refused:
+        if decision.refused:  # (only against a serving version, the first evaluated)
             raise AirflowFailException(
                 f"rollout of {names.model_version} to deployment {names.deployment} refused: {decision.why}. "
-                f"Nothing switched: {rollout.served.model_version} keeps all traffic. Fix: a better candidate, or "
+                f"Nothing switched: {versions[0].names.model_version} keeps all traffic. Fix: a better candidate, or "
                 "wider bounds (rollout.max_score_drop, rollout.max_latency_ratio) in the configuration file.")
         return result
 

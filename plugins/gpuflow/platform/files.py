@@ -81,6 +81,15 @@ class BatchFiles:
             return bytes(self.gcs.download(*split_gcs_uri(path))).decode("utf-8")
         return Path(path).read_text()
 
+    def read_text_if_there(self, path: str) -> str | None:
+        """The file's text; None when it is not there."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return self.read_text(path)
+        except (NotFound, FileNotFoundError):
+            return None
+
     def write_text(self, path: str, text: str) -> None:
         if is_gcs(path):
             bucket, name = split_gcs_uri(path)

@@ -1,8 +1,8 @@
 """evaluate: a lasting deployment's rollout gate, acted out. The evaluation set (``rollout.eval_set``) goes through
 the serving version and the candidate, each as a batch job of the batch DAG's own machinery (gcp: a batch Dataflow
 job on the version's GPU type and image; local: the batch runner, one at a time) with the same batches
-(``fixed_batching``); then the gate decides on their answers (``gpuflow.runs.rollout_gate``), and its page is written into the
-deployment's folder.
+(``fixed_batching``); then the gate decides on their answers (``gpuflow.runs.rollout_gate``), and its page is
+written into the deployment's folder.
 
 The jobs are the run's own: named and labelled by the run's prefix (not the deployment's), writing under the run's
 folder, so that the run's cleanup, or the janitor after a killed run, stops and deletes them as any of the run's.
@@ -20,11 +20,13 @@ from pydantic import BaseModel, ConfigDict
 from gpuflow.configuration.model import ConfigError, GpuflowConfig
 from gpuflow.gcs_uris import is_gcs, split_gcs_uri
 from gpuflow.platform import JobBackend, JobHandle
+from gpuflow.platform.files import BatchFiles
 from gpuflow.runs.naming import ResourceNames, deployment_folder
 from gpuflow.runs.rollout import RolloutPlan
 from gpuflow.runs.rollout_gate import Answer, EvalPrompt, GateDecision, decide, parse_eval_set, report_markdown
 
 log = logging.getLogger(__name__)
+
 
 def fixed_batching(config: GpuflowConfig, candidate: GpuflowConfig) -> GpuflowConfig:
     """``config`` with the candidate's batching, fixed at its largest batch (min_batch_size = max_batch_size), in
@@ -63,22 +65,10 @@ def eval_set_location(config: GpuflowConfig) -> str:
     return str(Path(config.local.state_dir) / eval_set)
 
 
-def read_text(config: GpuflowConfig, conn_id: str, location: str) -> str | None:
-    """A text file in Cloud Storage (the storage emulator locally) or on local disk; None when it is not there."""
-    if not is_gcs(location):
-        path = Path(location)
-        return path.read_text() if path.is_file() else None
-    from airflow.providers.google.cloud.hooks.gcs import GCSHook
-
-    bucket, name = split_gcs_uri(location)
-    blob = GCSHook(**config.hook_identity(conn_id)).get_conn().bucket(bucket).get_blob(name)
-    return None if blob is None else blob.download_as_text()
-
-
 def read_eval_set(config: GpuflowConfig, conn_id: str) -> list[EvalPrompt]:
     """The evaluation set, checked before any job starts."""
     location = eval_set_location(config)
-    text = read_text(config, conn_id, location)
+    text = BatchFiles(**config.hook_identity(conn_id)).read_text_if_there(location)
     if text is None:
         raise ConfigError(f"rollout.eval_set {location} is not there. Fix: upload the evaluation set there (one JSON "
                           "object per line: id, prompt, optional reference), or correct rollout.eval_set.")
@@ -124,7 +114,7 @@ def start_evaluation(platform: JobBackend, version: EvalVersion, config: Gpuflow
 
 def read_answers(config: GpuflowConfig, conn_id: str, names: ResourceNames, role: str) -> dict[str, Answer]:
     """A version's answers to the evaluation set, by prompt id (a dead-lettered prompt has none)."""
-    text = read_text(config, conn_id, answers_folder(names, role) + "responses.jsonl")
+    text = BatchFiles(**config.hook_identity(conn_id)).read_text_if_there(answers_folder(names, role) + "responses.jsonl")
     if text is None:
         raise RuntimeError(f"the {role} version's evaluation job wrote no responses.jsonl in "
                            f"{answers_folder(names, role)}")
@@ -153,6 +143,9 @@ def write_report(config: GpuflowConfig, conn_id: str, names: ResourceNames, deci
     bucket, name = split_gcs_uri(uri)
     GCSHook(**config.hook_identity(conn_id)).upload(bucket, name, data=report_markdown(
         decision, names.deployment, run_id), mime_type="text/markdown")
-    console = f"https://console.cloud.google.com/storage/browser/_details/{bucket}/{name}" \
-        if config.traits.dataflow_workers else None
-    return uri, console
+    if not config.traits.dataflow_workers:
+        return uri, None
+    # The provider's own link to an object's page (its FileDetailsLink's), loaded here, in the task, not at parse.
+    from airflow.providers.google.common.links.storage import GCS_FILE_DETAILS_LINK
+
+    return uri, GCS_FILE_DETAILS_LINK.format(uri=f"{bucket}/{name}", project_id=config.project)
