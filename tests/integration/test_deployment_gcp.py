@@ -318,3 +318,41 @@ def test_the_rollout_gate_runs_both_versions_as_batch_jobs_of_the_run_then_decid
             "manual__gated", evaluation=passed.model_dump(mode="json"))
     kept = GateDecision.model_validate(records.read("chat").evaluation)
     assert kept == passed and kept.serving.version == record.model_version
+
+
+def test_on_dataflow_the_evaluate_task_starts_both_jobs_before_it_defers_and_a_kill_cancels_both(deployed,
+                                                                                               monkeypatch):
+    """EvaluateOperator on gcp: each evaluation job gets workers of its own and a start takes minutes, so both are
+    launched before the task defers on the first; a kill before the deferral cancels both (its on_kill)."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from gpuflow.operators.base import ROLLOUT_KEY
+    from gpuflow.operators.deployment import EvaluateOperator
+    from gpuflow.triggers import settle
+    from tests.helpers import RecordingTI
+
+    monkeypatch.setattr(settle, "HOLD_S", 0.0)  # defer at once: the test reads the deferral
+    cloud, record, records = deployed
+    records.gcs.upload(BUCKET, "eval/set.jsonl", data=json.dumps({"id": "sky", "prompt": "why is the sky blue?"}))
+    config = config_of(f"rollout.eval_set=gs://{BUCKET}/eval/set.jsonl")
+    names = resource_names(config, "gf-0000000010")
+    ti = RecordingTI()
+    ti.xcom_push(ROLLOUT_KEY, plan_rollout(config, record, NEW_IMAGE, job_running=True).model_dump(mode="json"))
+    context = {"ti": ti, "run_id": "manual__evaluated",
+               "dag": SimpleNamespace(task_dict={"preflight": SimpleNamespace(workflow="inference")})}
+    operator = EvaluateOperator(task_id="evaluate", config_json=config.model_dump(mode="json"), image=NEW_IMAGE)
+
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute_step(config, names, GcpPlatform(config), context)
+    launched = [request.launch_parameters.job_name for request in cloud.dataflow.calls("launch_template")]
+    assert [name.split("-eval-")[1].split("-")[0] for name in launched] == ["serving", "candidate"], launched
+    carried = deferred.value.trigger.carried
+    assert [job["name"] for job in carried["jobs"]] == launched and carried["number"] == 0
+    assert carried["handle"]["name"] == launched[0] and deferred.value.method_name == "execute_complete"
+
+    operator.on_kill()
+    cancels = cloud.dataflow.calls("update_job")
+    assert sorted(request.job_id for request in cancels) == sorted(job["id"] for job in carried["jobs"])
+    assert {JobState(request.job.requested_state) for request in cancels} == {JobState.JOB_STATE_CANCELLED}
