@@ -114,10 +114,10 @@ def start_evaluation(platform: JobBackend, version: EvalVersion, config: Gpuflow
 
 def read_answers(config: GpuflowConfig, conn_id: str, names: ResourceNames, role: str) -> dict[str, Answer]:
     """A version's answers to the evaluation set, by prompt id (a dead-lettered prompt has none)."""
-    text = BatchFiles(**config.hook_identity(conn_id)).read_text_if_there(answers_folder(names, role) + "responses.jsonl")
+    folder = answers_folder(names, role)
+    text = BatchFiles(**config.hook_identity(conn_id)).read_text_if_there(folder + "responses.jsonl")
     if text is None:
-        raise RuntimeError(f"the {role} version's evaluation job wrote no responses.jsonl in "
-                           f"{answers_folder(names, role)}")
+        raise RuntimeError(f"the {role} version's evaluation job wrote no responses.jsonl in {folder}")
     answers = [json.loads(line) for line in text.splitlines() if line.strip()]
     return {str(answer["id"]): answer for answer in answers}
 
