@@ -71,37 +71,6 @@ def wait_for_trigger_to_start(airflow_live, run_id: str, task_id: str, timeout_s
         time.sleep(0.5)
 
 
-def test_a_run_triggered_through_the_rest_api_answers_prompts_deferring_while_jobs_start(airflow_live, local_config):
-    """... and a triggerer restarted while the launch is deferred (Composer moves its pods) leaves the pipeline
-    running: the new triggerer takes the wait over and the run succeeds, at the launch's first try."""
-    run_id = trigger_run(airflow_live, local_config)
-    airflow_live.wait_for_task_state(DAG_ID, run_id, "launch", "deferred", timeout_s=300)
-    wait_for_trigger_to_start(airflow_live, run_id, "launch")
-    airflow_live.restart("triggerer")
-
-    seen: dict[str, set[str]] = {"launch": {"deferred"}}
-    run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=900, states_seen=seen)
-    states = {ti["task_id"]: ti["state"] for ti in
-              airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]}
-    assert run["state"] == "success", (states, airflow_live.log_tail("scheduler"))
-    assert set(states.values()) == {"success"}
-    # While the pipeline process loaded its model, the launch task gave its worker slot back: the triggerer
-    # waited on it (LocalProcessTrigger), and the task resumed when the pipeline ran.
-    assert "deferred" in seen.get("launch", set()), seen
-    launch_log = task_log(airflow_live, run_id, "launch")
-    assert "deferring until local-process" in launch_log and "the pipeline is running" in launch_log, launch_log[-2000:]
-    assert KILLED not in trigger_logs(airflow_live, run_id, "launch") + airflow_live.log_tail("triggerer", 10**6)
-
-    xcom = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
-                                   "return_value", params={"deserialize": True}).json()
-    smoke = xcom["value"]
-    assert smoke["answered"] == smoke["sent"] == 4
-    assert all(row["answer"] for row in smoke["answers"])
-    # The UI knows the launch task's extra link (empty on the local profile: no console page).
-    links = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch/links")
-    assert links.status_code == 200 and "Dataflow job" in links.json()["extra_links"], links.text
-
-
 def test_a_deferred_launch_marked_failed_stops_its_pipeline_once(airflow_live, local_config):
     """On every tested line: Airflow 3.3's triggerer calls the trigger's on_kill; 3.1's does not, and the trigger
     calls it itself once Airflow says the task left deferral (gpuflow.triggers.kill)."""
@@ -180,15 +149,34 @@ def smoke_test_answers(airflow_live, run_id: str) -> dict:
     return xcom
 
 
-def test_a_triggerer_killed_while_the_smoke_test_holds_answers_loses_none(airflow_live, local_config, emulators):
-    """Nothing had been acknowledged, so Pub/Sub resends the answers after their ack deadline to the next
-    triggerer's trigger, and the run succeeds at the smoke test's first try, each prompt answered once."""
+def test_a_run_triggered_through_the_rest_api_loses_its_triggerer_twice_and_answers_every_prompt_once(
+        airflow_live, local_config, emulators):
+    """A run triggered through the REST API, deferring while its jobs start, loses its triggerer twice, as on
+    Composer when pods move. Restarted while the launch is deferred: the new triggerer takes the wait over and the
+    pipeline keeps running. SIGKILLed while the smoke test's trigger holds its answers: nothing had been
+    acknowledged, so Pub/Sub resends the answers after their ack deadline to the next triggerer's trigger. The run
+    succeeds with every task at its first try, each prompt answered once."""
     run_id = trigger_run(airflow_live, local_config)
+    airflow_live.wait_for_task_state(DAG_ID, run_id, "launch", "deferred", timeout_s=300)
+    wait_for_trigger_to_start(airflow_live, run_id, "launch")
+    airflow_live.restart("triggerer")
     kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emulators, run_id, 4)
-    xcom = smoke_test_answers(airflow_live, run_id)
-    assert xcom["sent"] == 4, xcom
+
+    xcom = smoke_test_answers(airflow_live, run_id)  # the run succeeded, the smoke test at its first try
+    tis = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
+    assert {(ti["state"], ti["try_number"]) for ti in tis} == {("success", 1)}, tis
+    # While the pipeline process loaded its model, the launch task gave its worker slot back: the triggerer
+    # waited on it (LocalProcessTrigger), and the task resumed when the pipeline ran.
+    launch_log = task_log(airflow_live, run_id, "launch")
+    assert "deferring until local-process" in launch_log and "the pipeline is running" in launch_log, launch_log[-2000:]
+    assert KILLED not in trigger_logs(airflow_live, run_id, "launch") + airflow_live.log_tail("triggerer", 10**6)
+    assert xcom["sent"] == 4 and all(row["answer"] for row in xcom["answers"]), xcom
+    # The killed trigger had every answer; the next one got them all again and fired the only event.
     logs = trigger_logs(airflow_live, run_id, "smoke_test")
     assert logs.count("answered 4/4") >= 2 and logs.count("Trigger fired event") == 1, logs[-3000:]
+    # The UI knows the launch task's extra link (empty on the local profile: no console page).
+    links = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch/links")
+    assert links.status_code == 200 and "Dataflow job" in links.json()["extra_links"], links.text
 
 
 ROLLOUT = "gf-live-rollout"
