@@ -13,7 +13,7 @@ CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: help venv demo test pictures test-unit test-integration test-live test-composer lint docs generate bench clean \
-	deploy-composer deploy-composer-usage browser lock images-check
+	deploy-composer deploy-composer-usage browser postgres lock images-check
 
 # `make` alone says what each target does: the text after `##` on a target's line.
 help: ## this list
@@ -81,7 +81,7 @@ test-unit: venv ## the fast tests alone (no emulator, no Airflow service; about 
 test-integration: venv ## the tests on emulators, Beam runners and dag.test(), without the live Airflow services
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m "integration and not live"
 
-test-live: venv browser ## the real Airflow services (api-server, scheduler, dag-processor, triggerer) and the browser
+test-live: venv browser postgres ## the real Airflow services (api-server, scheduler, dag-processor, triggerer) and the browser
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m live
 
 browser: $(CHROMIUM) ## Debian's chromium for the browser test (apt-get, through sudo when not root)
@@ -92,7 +92,16 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y -q chromium > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
 
-test: venv lint docs browser ## everything: lint, the docs site, then every test (unit, integration, live); 21 to 24 minutes
+# Debian's PostgreSQL server for the tests that start Airflow's services (tests/postgres.py starts one per session,
+# as the postgres user; Debian puts its programs in /usr/lib/postgresql/NN/bin, off PATH).
+postgres: ## Debian's PostgreSQL server for the live Airflow tests (apt-get, through sudo when not root)
+	@ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || { \
+	  echo "installing Debian's postgresql for the live Airflow tests: apt-get install postgresql$(if $(SUDO), through sudo)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -q postgresql > /dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q postgresql > /dev/null; }; }
+
+test: venv lint docs browser postgres ## everything: lint, the docs site, then every test (unit, integration, live); 21 to 24 minutes
 	@mkdir -p tests/artifacts && rm -f tests/artifacts/git-status-before && \
 	  if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then \
 	  git status --porcelain > tests/artifacts/git-status-before; fi
@@ -130,13 +139,13 @@ $(COMPOSER_VENV)/.installed: requirements.txt requirements-dev.txt $(COMPOSER_CO
 	test -x $(COMPOSER_VENV)/bin/python || $(PYTHON) -m venv $(COMPOSER_VENV)
 	grep -v -E '^(apache-airflow|apache-airflow-providers-google|apache-airflow-providers-apache-beam)==' \
 	  requirements.txt > $(COMPOSER_VENV)/requirements-rest.txt
-	grep -E '^(pytest|pytest-timeout|pytest-xdist|playwright)==' requirements-dev.txt > $(COMPOSER_VENV)/requirements-test.txt
+	grep -E '^(pytest|pytest-timeout|pytest-xdist|playwright|psycopg2-binary|asyncpg)==' requirements-dev.txt > $(COMPOSER_VENV)/requirements-test.txt
 	$(COMPOSER_VENV)/bin/pip install -q $(if $(COMPOSER_CONSTRAINTS),-c $(COMPOSER_CONSTRAINTS)) $(COMPOSER_PINS) \
 	  -r $(COMPOSER_VENV)/requirements-rest.txt -r $(COMPOSER_VENV)/requirements-test.txt 2>&1 | $(PIP_QUIET)
 	touch $@
 
 # The line's own venv lays out the tree too, so the floor runs without .venv (.ci/run removes the one it made).
-test-composer: browser $(COMPOSER_VENV)/.installed ## the DAGs on a Composer line (LINE=3.3.1 default, or 3.1.8, the floor), from Composer's bucket layout
+test-composer: browser postgres $(COMPOSER_VENV)/.installed ## the DAGs on a Composer line (LINE=3.3.1 default, or 3.1.8, the floor), from Composer's bucket layout
 	PYTHONPATH=plugins:. $(COMPOSER_VENV)/bin/python -m tests.composer_tree $(COMPOSER_TREE)
 	cd $(COMPOSER_TREE) && PYTHONPATH=dags:plugins:. ../$(COMPOSER_VENV)/bin/python -c \
 	  "from importlib.metadata import version as v; print('test-composer at', *(f'{p} {v(p)}' for p in \
@@ -144,11 +153,12 @@ test-composer: browser $(COMPOSER_VENV)/.installed ## the DAGs on a Composer lin
 	cd $(COMPOSER_TREE) && PYTHONPATH=dags:plugins:. ../$(COMPOSER_VENV)/bin/python -m pytest -n 2 --dist worksteal \
 	  -p no:cacheprovider $(COMPOSER_TESTS)
 
-bench: venv ## the benchmarks, run by hand: ratios measured side by side
+bench: venv postgres ## the benchmarks, run by hand: ratios measured side by side
 	$(BIN)/gpuflow emulators run -- $(BIN)/python benchmarks/inference_throughput.py
 	$(BIN)/python benchmarks/model_load.py
 	$(BIN)/python benchmarks/dag_parse.py
 	$(BIN)/python benchmarks/defer_race.py
+	$(BIN)/python benchmarks/rollout_gate.py
 
 # Copy dags/, plugins/ and data/ (beam_jobs, configs, docker, spark_jobs) into a Cloud Composer environment, add
 # the PyPI packages it lacks (keeping every one it has), create the gpuflow_gpu pool, and (CONFIG=) install your

@@ -70,8 +70,12 @@ def deferred_at(live: LiveAirflow, run_id: str) -> dict[tuple[str, str], datetim
 def measure(hold_s: float, runs: int, job_s: float) -> dict:
     from importlib.metadata import version
 
-    live = LiveAirflow(Path(tempfile.mkdtemp(prefix="defer-race-")), dags_folder=ROOT / "tests" / "dags",
-                       extra_env={"GPUFLOW_TRIGGER_SETTLE_S": str(hold_s)})
+    from tests.live_airflow import free_port
+    from tests.postgres import PostgresServer
+
+    server = PostgresServer.start(free_port())  # Airflow's database as Composer's: PostgreSQL (tests/postgres.py)
+    live = LiveAirflow(Path(tempfile.mkdtemp(prefix="defer-race-")), server.database_url("defer_race"),
+                       dags_folder=ROOT / "tests" / "dags", extra_env={"GPUFLOW_TRIGGER_SETTLE_S": str(hold_s)})
     spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(multiprocessing.cpu_count())]
     try:
         live.start()
@@ -91,6 +95,7 @@ def measure(hold_s: float, runs: int, job_s: float) -> dict:
         for spinner in spinners:
             spinner.kill()
         live.stop()
+        server.stop()
     scheduler = (live.home / "scheduler.log").read_text(errors="replace").splitlines()
     starts = {}
     for run_id in run_ids:

@@ -74,6 +74,49 @@ def emulators(local_config):
         yield env
 
 
+def pytest_configure(config):
+    """The session's PostgreSQL is recorded in a state file that this process (xdist's controller, or the only
+    process) names and its workers inherit; the session's end stops the server (``pytest_unconfigure``)."""
+    if not hasattr(config, "workerinput"):
+        os.environ["GPUFLOW_TEST_POSTGRES_STATE"] = str(
+            Path(tempfile.mkdtemp(prefix="gpuflow-test-postgres-state-")) / "server.json")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under xdist a worker's ``pytest.exit`` reaches the controller as a crash, without its message: the controller
+    says why the server did not start, with the fix (the worker recorded it beside the state file)."""
+    state = os.environ.get("GPUFLOW_TEST_POSTGRES_STATE")
+    if hasattr(session.config, "workerinput") or not state or not session.config.pluginmanager.getplugin("dsession"):
+        return
+    failure = Path(state).with_suffix(".failed")
+    if failure.exists():
+        reporter = session.config.pluginmanager.getplugin("terminalreporter")
+        reporter.write_line(f"the test session's PostgreSQL did not start: {failure.read_text()}", red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and (state := os.environ.get("GPUFLOW_TEST_POSTGRES_STATE")):
+        import shutil
+
+        from tests.postgres import stop_shared_server
+
+        stop_shared_server(Path(state))
+        shutil.rmtree(Path(state).parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The session's PostgreSQL server (tests/postgres.py), for the tests that start Airflow's services. It never
+    falls back to SQLite: where it cannot start, the session stops at once with the fix."""
+    from tests.postgres import PostgresUnavailable, shared_server
+
+    try:
+        return shared_server(Path(os.environ["GPUFLOW_TEST_POSTGRES_STATE"]), _free_port())
+    except PostgresUnavailable as problem:
+        pytest.exit(f"the test session's PostgreSQL did not start: {problem}", returncode=3)
+
+
 @pytest.fixture(scope="session")
 def airflow_db():
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)

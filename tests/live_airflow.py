@@ -36,6 +36,7 @@ def free_port() -> int:
 @dataclass
 class LiveAirflow:
     home: Path
+    database_url: str  # the home's own PostgreSQL database (tests/postgres.py): Airflow's services never on SQLite
     port: int = field(default_factory=free_port)
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
@@ -55,7 +56,7 @@ class LiveAirflow:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url,
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__BASE_URL": self.url,
@@ -164,8 +165,8 @@ class LiveAirflow:
         return answer.json()["access_token"]
 
     def api(self, method: str, path: str, attempts: int = 3, user: str = USERNAME, **kwargs) -> requests.Response:
-        """One REST call as ``user``; asked again when the api-server, on SQLite and two busy cores, does not answer
-        in time."""
+        """One REST call as ``user``; asked again when the api-server, on two busy cores, does not answer in
+        time."""
         for attempt in range(1, attempts + 1):
             try:
                 headers = {"Authorization": f"Bearer {self.token(user)}"}
