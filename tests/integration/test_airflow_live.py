@@ -4,6 +4,7 @@ waits, on the local profile's emulators."""
 
 import json
 import os
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,9 +24,15 @@ TEST_BUNDLES = json.dumps([
      "kwargs": {"path": str(ROOT / "tests" / "dags")}}])
 
 
+def database_name(home: Path) -> str:
+    """The Airflow home's own database: one per home, on the session's server (which xdist's workers share)."""
+    return f"airflow_{os.getpid()}_" + "".join(c if c.isalnum() else "_" for c in home.name.lower())
+
+
 @pytest.fixture(scope="module")
-def airflow_live(tmp_path_factory, emulators):
-    live = LiveAirflow(tmp_path_factory.mktemp("airflow-live"),
+def airflow_live(tmp_path_factory, emulators, postgres_server):
+    home = tmp_path_factory.mktemp("airflow-live")
+    live = LiveAirflow(home, postgres_server.database_url(database_name(home)),
                        extra_env={"AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": TEST_BUNDLES})
     try:
         live.start()
@@ -95,46 +102,69 @@ def test_a_deferred_launch_marked_failed_stops_its_pipeline_once(airflow_live, l
     assert logs().count(KILLED) == 1, logs()[-4000:]
 
 
-def wait_until_the_answers_are_in(emulators, subscription: str, count: int, timeout_s: float = 300) -> None:
-    """Look into the run's answers subscription without taking anything: each message pulled is handed back at once
-    (its ack deadline set to 0), so the next pull, the trigger's, gets it."""
-    from google.cloud import pubsub
+#: The live Airflow's ``HOLD_S``: ``LiveAirflow`` leaves GPUFLOW_TRIGGER_SETTLE_S (0 in this process) out of its
+#: processes' environment, so they hold for ``gpuflow.triggers.settle``'s default.
+LIVE_HOLD_S = 20.0
 
-    os.environ.setdefault("PUBSUB_EMULATOR_HOST", emulators["PUBSUB_EMULATOR_HOST"])
-    client = pubsub.SubscriberClient()
-    path = client.subscription_path("gpuflow-local", subscription)
-    seen: set[str] = set()
-    deadline = time.monotonic() + timeout_s
-    while len(seen) < count:
-        assert time.monotonic() < deadline, f"{len(seen)}/{count} answers on {subscription}"
-        response = client.pull(subscription=path, max_messages=100, return_immediately=True)
-        if response.received_messages:
-            seen |= {m.message.message_id for m in response.received_messages}
-            client.modify_ack_deadline(subscription=path, ack_ids=[m.ack_id for m in response.received_messages],
-                                       ack_deadline_seconds=0)
-        else:
-            time.sleep(0.5)
+#: What a gpuflow trigger logs when it starts (``gpuflow.triggers.settle.settled``), and when its event goes.
+HOLDING = re.compile(r"holding events until (\S+) \(deferred at (\S+), (-?[\d.]+)s ago\)")
+RELEASING = re.compile(r"releasing the event at (\S+) \((-?[\d.]+)s after the deferral\)")
 
 
-def kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emulators, run_id: str,
-                                                             count: int) -> None:
-    """The smoke test's trigger pulls every answer and logs it, and its triggerer is SIGKILLed before the event
-    reaches the task. (The answers are let in while no triggerer runs, so the first trigger has them all at its
-    first pull and holds its event for the settle time: the kill lands in that window.)"""
-    from gpuflow.runs.naming import run_prefix
+def holds(logs: str) -> list[tuple[str, float, float, float]]:
+    """Each trigger's start ("start", when its hold ends, when its task deferred, when it started) and each event's
+    release ("release", when, when its task deferred, when), in the order logged, as epoch seconds."""
+    found = []
+    for line in logs.splitlines():
+        if started := HOLDING.search(line):
+            until, deferred = (datetime.fromisoformat(started[i]).timestamp() for i in (1, 2))
+            found.append(("start", until, deferred, deferred + float(started[3])))
+        elif released := RELEASING.search(line):
+            at = datetime.fromisoformat(released[1]).timestamp()
+            found.append(("release", at, at - float(released[2]), at))
+    return found
 
+
+def kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, run_id: str, count: int) -> None:
+    """The smoke test's trigger pulls every answer and logs it, and its triggerer is SIGKILLed while the trigger
+    holds its event, before it reaches the task. The hold ends ``HOLD_S`` after the deferral (the answers come
+    within seconds of it: the kill lands in that window), and so does the next triggerer's, which rebuilds the
+    trigger from its kwargs: its trigger gets the answers again after their ack deadline and fires its event no
+    sooner than the deferral + ``HOLD_S``, but well before its own start + ``HOLD_S`` (it does not hold again)."""
     airflow_live.wait_for_task_state(DAG_ID, run_id, "smoke_test", "deferred", timeout_s=600)
-    airflow_live.stop_process("triggerer")
-    wait_until_the_answers_are_in(emulators, f"{run_prefix(DAG_ID, run_id)}-responses-sub", count)
-    fired = trigger_logs(airflow_live, run_id, "smoke_test").count("Trigger fired event")
-    airflow_live.start_process("triggerer")
+
+    def logs() -> str:
+        return trigger_logs(airflow_live, run_id, "smoke_test")
+
+    fired = logs().count("Trigger fired event")
     deadline = time.monotonic() + 120
-    while trigger_logs(airflow_live, run_id, "smoke_test").count(f"answered {count}/{count}") <= fired:
+    while logs().count(f"answered {count}/{count}") <= fired:
         assert time.monotonic() < deadline, airflow_live.log_tail("triggerer")
         time.sleep(0.1)
+    before_kill = holds(logs())
     airflow_live.kill_and_replace("triggerer")
     # The killed trigger held its event: the kill landed while the answers were in its memory only.
-    assert trigger_logs(airflow_live, run_id, "smoke_test").count("Trigger fired event") == fired
+    assert logs().count("Trigger fired event") == fired, (before_kill, logs()[-3000:])
+    # The killed trigger: the latest deferral's (a rollout's smoke test defers once a round; log files of several
+    # triggers are read in name order, not in time order).
+    (_, until, deferred, _) = max((line for line in before_kill if line[0] == "start"), key=lambda line: line[2])
+    assert until == pytest.approx(deferred + LIVE_HOLD_S, abs=0.01), before_kill
+    deadline = time.monotonic() + 180
+    while True:  # the next triggerer's: the rebuilt trigger's start, then its event's release
+        after_kill = [line for line in holds(logs()) if line not in before_kill]
+        starts, releases = ([line for line in after_kill if line[0] == kind] for kind in ("start", "release"))
+        if starts and releases:
+            break
+        assert not releases and time.monotonic() < deadline, (after_kill, airflow_live.log_tail("triggerer"))
+        time.sleep(0.2)
+    (_, rebuilt_until, rebuilt_deferred, rebuilt_started) = min(starts, key=lambda line: line[3])
+    released = min(line[1] for line in releases)
+    window = {"deferred": deferred, "hold_until": until, "rebuilt_started": rebuilt_started, "released": released}
+    # the same deferral, and the same hold: the restart neither extended nor shortened it
+    assert rebuilt_deferred == pytest.approx(deferred, abs=0.002), (window, after_kill)
+    assert rebuilt_until == pytest.approx(until, abs=0.01), (window, after_kill)
+    assert released >= deferred + LIVE_HOLD_S - 0.05, window
+    assert released <= rebuilt_started + LIVE_HOLD_S - 2, window  # it did not hold HOLD_S again from its start
 
 
 def smoke_test_answers(airflow_live, run_id: str) -> dict:
@@ -154,13 +184,14 @@ def test_a_run_triggered_through_the_rest_api_loses_its_triggerer_twice_and_answ
     """A run triggered through the REST API, deferring while its jobs start, loses its triggerer twice, as on
     Composer when pods move. Restarted while the launch is deferred: the new triggerer takes the wait over and the
     pipeline keeps running. SIGKILLed while the smoke test's trigger holds its answers: nothing had been
-    acknowledged, so Pub/Sub resends the answers after their ack deadline to the next triggerer's trigger. The run
-    succeeds with every task at its first try, each prompt answered once."""
+    acknowledged, so Pub/Sub resends the answers after their ack deadline to the next triggerer's trigger, which
+    holds them only until HOLD_S after the deferral, not HOLD_S again. The run succeeds with every task at its first
+    try, each prompt answered once."""
     run_id = trigger_run(airflow_live, local_config)
     airflow_live.wait_for_task_state(DAG_ID, run_id, "launch", "deferred", timeout_s=300)
     wait_for_trigger_to_start(airflow_live, run_id, "launch")
     airflow_live.restart("triggerer")
-    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emulators, run_id, 4)
+    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, run_id, 4)
 
     xcom = smoke_test_answers(airflow_live, run_id)  # the run succeeded, the smoke test at its first try
     tis = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
@@ -217,7 +248,7 @@ def test_a_triggerer_killed_mid_rollout_smoke_test_keeps_the_new_version(airflow
         assert airflow_live.wait_for_run(DAG_ID, first, timeout_s=600)["state"] == "success"
         new_weights(model_dir, seed=1)
         second = run(DAG_ID)
-        kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, emulators, second, 2)
+        kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, second, 2)
         xcom = smoke_test_answers(airflow_live, second)
         new_version = resource_names(load_config(config_file, conf), run_prefix(DAG_ID, second)).model_version
         assert new_version in xcom["versions"], xcom
@@ -624,3 +655,30 @@ def run_backfill(airflow_live, conf: dict, days: list[str], folder: Path) -> Non
         assert {try_number for state, try_number in states.values() if state == "success"} == {1}, states
     for day in days:
         assert (folder / "answers" / day / "_SUCCESS").exists()
+
+
+def test_the_live_airflow_runs_on_its_own_postgresql_database(airflow_live, postgres_server):
+    """As on Composer (a Cloud SQL instance, PostgreSQL): the api-server, the scheduler and the triggerer each hold
+    connections to this home's own database on the session's server, as pg_stat_activity shows them, matched to the
+    processes by their sockets' ports. A home that fell back to SQLite has none."""
+    import psutil
+
+    database = airflow_live.database_url.rsplit("/", 1)[1]
+    airflow_live.api("GET", "/dags").raise_for_status()  # (the api-server opens its pool at its first request)
+    found: dict[str, set[int]] = {}
+    deadline = time.monotonic() + 60
+    while True:
+        sessions = {port for (port,) in postgres_server.query(
+            "postgres", "SELECT client_port FROM pg_stat_activity WHERE datname = %s AND client_addr = '127.0.0.1'",
+            database)}
+        for name in ("api-server", "scheduler", "triggerer"):
+            main = psutil.Process(airflow_live.processes[name].pid)
+            ports = {connection.laddr.port for process in (main, *main.children(recursive=True))
+                     for connection in process.net_connections(kind="tcp")
+                     if connection.raddr and connection.raddr.port == postgres_server.port}
+            found[name] = ports & sessions
+        if all(found.values()):
+            break
+        assert time.monotonic() < deadline, f"no session in {database} for {[n for n, p in found.items() if not p]}"
+        time.sleep(0.5)
+    assert not list(airflow_live.home.glob("*.db")), "an SQLite database in the Airflow home"

@@ -433,3 +433,165 @@ def test_cancel_on_kill_false_leaves_the_job_running_on_every_job_trigger(cloud,
     finally:
         process.kill()
         process.wait(timeout=15)
+
+
+# -- the hold runs from the deferral, through a triggerer restart (gpuflow.triggers.settle) --------------------------
+
+
+def revive(kwargs_of, kwargs=None):
+    """The trigger a triggerer builds from ``kwargs_of``'s serialized classpath and kwargs (or ``kwargs``)."""
+    import importlib
+
+    classpath, serialized = kwargs_of.serialize()
+    module, _, name = classpath.rpartition(".")
+    return getattr(importlib.import_module(module), name)(**(kwargs if kwargs is not None else serialized))
+
+
+def held_event(trigger) -> tuple[dict, float]:
+    """The trigger's first event as the triggerer gets it (``run``), and when it came (epoch seconds)."""
+    from gpuflow.triggers import first_event as run_first_event
+
+    event = run_first_event(trigger, timeout_s=30)
+    return event, time.time()
+
+
+def ended_process(tmp_path):
+    handle, process = start_process(tmp_path, "pass")
+    process.wait()
+    return handle
+
+
+def test_a_trigger_rebuilt_after_a_triggerer_restart_holds_only_what_is_left_of_the_hold(tmp_path):
+    """The hold's window opened when the task deferred: a triggerer that dies while its trigger holds the event,
+    and the next one that rebuilds the trigger from its kwargs, hold it until the deferral's time + settle_s, not
+    settle_s again from the rebuilt trigger's start."""
+    from gpuflow.triggers.local import LocalProcessTrigger
+
+    handle = ended_process(tmp_path)  # the job is done: the event comes at the first check, and is held
+    trigger = LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until="done", timeout_s=30,
+                                  settle_s=1.5)
+    before = time.time()
+    _, kwargs = trigger.serialize()  # the task defers: Airflow serializes the trigger
+    deferred_at = kwargs["deferred_at"]
+    assert before <= deferred_at <= time.time()
+
+    async def first_triggerer_dies_while_holding():
+        async def first_triggerer():
+            return await anext(revive(trigger, kwargs).run())
+
+        waiting = asyncio.create_task(first_triggerer())
+        while time.time() < deferred_at + 0.7:  # the first triggerer has the event and holds it
+            assert not waiting.done()
+            await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(first_triggerer_dies_while_holding())
+    rebuilt = revive(trigger, kwargs)
+    assert rebuilt.deferred_at == deferred_at and rebuilt.serialize()[1] == kwargs  # a restart keeps the deferral
+    started = time.time()
+    event, came = held_event(rebuilt)
+    assert event["status"] == "success"
+    assert came >= deferred_at + 1.5 - 0.01  # still no sooner than the hold after the deferral
+    assert came - started < 1.5 - 0.4  # only what was left of it, not 1.5 s from its own start
+
+
+def test_a_trigger_rebuilt_once_the_hold_has_passed_yields_at_once(tmp_path):
+    from gpuflow.triggers.local import LocalProcessTrigger
+
+    handle = ended_process(tmp_path)
+    trigger = LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until="done", timeout_s=30,
+                                  settle_s=1.5)
+    _, kwargs = trigger.serialize()
+    # the next triggerer starts 2 s after the deferral (its kwargs as Airflow keeps them, the deferral 2 s earlier)
+    rebuilt = revive(trigger, {**kwargs, "deferred_at": kwargs["deferred_at"] - 2.0})
+    started = time.time()
+    event, came = held_event(rebuilt)
+    assert event["status"] == "success" and came - started < 0.4
+
+
+def test_a_deferral_time_ahead_of_the_triggerers_clock_holds_no_longer_than_settle_s(tmp_path):
+    """A worker whose clock runs ahead of the triggerer's does not stretch the hold past settle_s."""
+    from gpuflow.triggers.local import LocalProcessTrigger
+
+    handle = ended_process(tmp_path)
+    trigger = LocalProcessTrigger(pid=int(handle.id), log_path=handle.location, until="done", timeout_s=30,
+                                  settle_s=0.5, deferred_at=time.time() + 60)
+    started = time.time()
+    _, came = held_event(trigger)
+    assert 0.5 - 0.01 <= came - started < 0.5 + 0.4
+
+
+def test_the_deferral_time_is_taken_when_the_task_defers_not_when_it_built_the_trigger(tmp_path, monkeypatch):
+    """A task builds its trigger, waits for it up to HOLD_S in its worker, then defers: Airflow serializes the
+    trigger then (the task runner's TaskDeferred handling), and that is the deferral's time."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from gpuflow.triggers import settle
+    from tests.unit.test_deferral import SleepOperator
+
+    monkeypatch.setattr(settle, "HOLD_S", 0.5)
+    operator = SleepOperator(job_s=30, log_path=tmp_path / "job.log")
+    built = time.time()
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            operator.execute({})
+        deferring = time.time()
+        _, kwargs = deferred.value.trigger.serialize()
+        assert kwargs["deferred_at"] >= deferring >= built + 0.5
+        assert kwargs["settle_s"] == deferred.value.trigger.settle_s
+    finally:
+        ChildProcess(operator.pid).kill()
+        ChildProcess(operator.pid).wait()
+
+
+def every_gpuflow_trigger():
+    """One of each gpuflow trigger class, built as its task builds it."""
+    from gpuflow.triggers.answers import SmokeAnswersTrigger
+    from gpuflow.triggers.batch_input import BoundedGcsBlobTrigger, LocalInputTrigger
+    from gpuflow.triggers.cancelling import CancellingDataprocBatchTrigger
+    from gpuflow.triggers.monitoring import GpuMetricsTrigger
+
+    config = gcp_test_config()
+    build = JobHandle(kind="cloud-build", id="b7e1c0de", name="b7e1c0de", location="us-central1")
+    dataflow = JobHandle(kind="dataflow", id="2024-01-01_00_00_00-1", name="job", location="us-central1")
+    local = JobHandle(kind="local-process", id="1", name="pipeline", location="/tmp/pipeline.log")
+    carried = {"handle": "h"}
+    return [
+        *(job_trigger(config, handle, "done", 30, carried=carried) for handle in (vertex_handle(), build, dataflow)),
+        job_trigger(load_config(None), local, "done", 30, carried=carried),
+        CancellingDataprocBatchTrigger(batch_id="b-1", project_id=GCP_TEST_PROJECT, region="us-central1",
+                                       timeout_s=30),
+        SmokeAnswersTrigger(project=GCP_TEST_PROJECT, answers_subscription="a", dead_letter_subscription="d",
+                            ids=["p-1"], pending=["p-1"], started=1.0, deadline=2.0, gcp_conn_id="c", carried=carried),
+        GpuMetricsTrigger(project_id=GCP_TEST_PROJECT, job_id="j", metrics={"utilization": "m"}, started=1.0,
+                          ended=2.0, timeout_s=30, carried=carried),
+        LocalInputTrigger("/tmp/in/*.jsonl", "http://localhost:9023", GCP_TEST_PROJECT, 30, 1.0),
+        BoundedGcsBlobTrigger(bucket="b", object_name="in/*.jsonl", use_glob=True, poke_interval=1.0,
+                              google_cloud_conn_id="c", hook_params={}, timeout_s=30),
+    ]
+
+
+def test_every_gpuflow_trigger_keeps_its_deferral_time_through_the_triggerers_round_trip():
+    """Each class's serialize() -> class(**kwargs) keeps deferred_at (and settle_s, carried): a triggerer that
+    restarts rebuilds the same hold. The list covers every class that holds its events."""
+    from gpuflow.triggers import answers, batch_input, dataflow, local, monitoring  # noqa: F401 - their classes
+    from gpuflow.triggers.cancelling import _TimeoutAndCancel
+    from gpuflow.triggers.settle import SettlingTrigger
+
+    def subclasses(cls):
+        return {cls, *(sub for direct in cls.__subclasses__() for sub in subclasses(direct))}
+
+    triggers = every_gpuflow_trigger()
+    holding = {cls for cls in subclasses(SettlingTrigger) | subclasses(_TimeoutAndCancel)
+               if cls.__module__.startswith("gpuflow.")} - {SettlingTrigger, _TimeoutAndCancel}
+    assert holding <= {type(trigger) for trigger in triggers}
+    for trigger in triggers:
+        assert trigger.deferred_at is None  # not deferred yet
+        before = time.time()
+        classpath, kwargs = trigger.serialize()
+        assert before <= kwargs["deferred_at"] <= time.time(), classpath
+        rebuilt = revive(trigger, kwargs)
+        assert type(rebuilt) is type(trigger) and rebuilt.deferred_at == kwargs["deferred_at"], classpath
+        assert rebuilt.serialize() == (classpath, kwargs), classpath  # and again, at the next restart

@@ -108,8 +108,8 @@ class SmokeAnswersTrigger(SettlingTrigger):
                  pending: list[str], started: float, deadline: float, gcp_conn_id: str,
                  impersonation_chain: list[str] | None = None, emulator_host: str | None = None,
                  poll_interval_s: float = 0.5, settle_s: float = HOLD_S,
-                 carried: dict[str, Any] | None = None):
-        super().__init__(settle_s, carried)
+                 carried: dict[str, Any] | None = None, deferred_at: float | None = None):
+        super().__init__(settle_s, carried, deferred_at)
         self.project, self.ids, self.pending = project, list(ids), list(pending)
         self.answers_subscription, self.dead_letter_subscription = answers_subscription, dead_letter_subscription
         self.started, self.deadline, self.poll_interval_s = started, deadline, poll_interval_s

@@ -48,8 +48,8 @@ class LocalInputTrigger(SettlingTrigger):
 
     def __init__(self, pattern: str, emulator_url: str, project: str, timeout_s: float, poll_interval_s: float,
                  settle_s: float = HOLD_S,
-                 carried: dict[str, Any] | None = None):
-        super().__init__(settle_s, carried)
+                 carried: dict[str, Any] | None = None, deferred_at: float | None = None):
+        super().__init__(settle_s, carried, deferred_at)
         self.pattern, self.emulator_url, self.project = pattern, emulator_url, project
         self.timeout_s, self.poll_interval_s = timeout_s, poll_interval_s
 

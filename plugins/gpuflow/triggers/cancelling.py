@@ -19,7 +19,7 @@ from airflow.providers.google.cloud.triggers.dataproc import DataprocBatchTrigge
 from airflow.triggers.base import TriggerEvent
 
 from gpuflow.triggers.kill import stopping_job_when_killed
-from gpuflow.triggers.settle import HOLD_S, settled, with_carried
+from gpuflow.triggers.settle import HOLD_S, settle_kwargs, settled, with_carried
 
 try:  # the provider's (22.8.0); Composer's 22.2.0 (the floor) and 22.2.2 have none: gpuflow's copy of it
     from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
@@ -29,18 +29,19 @@ except ImportError:
 
 class _TimeoutAndCancel:
     """Mixed into a provider trigger: its run(), bounded by ``timeout_s``, then cancel_job() (``events``); its event
-    held for ``settle_s`` (``run``, ``gpuflow.triggers.settle``); on_kill() cancels the job unless
-    ``cancel_on_kill`` is False, and is also called when the task is killed on a triggerer that does not call it
-    (``gpuflow.triggers.kill``). It adds these to the trigger's arguments and serializes under the subclass's own
-    classpath."""
+    held until ``settle_s`` after the deferral (``deferred_at``; ``run``, ``gpuflow.triggers.settle``); on_kill()
+    cancels the job unless ``cancel_on_kill`` is False, and is also called when the task is killed on a triggerer
+    that does not call it (``gpuflow.triggers.kill``). It adds these to the trigger's arguments and serializes under
+    the subclass's own classpath."""
 
     timeout_status = "error"  # the status of the event that ends the wait at the timeout
 
     def __init__(self, *, timeout_s: float, cancel_on_kill: bool = True, settle_s: float = HOLD_S,
-                 carried: dict[str, Any] | None = None, **kwargs: Any):
+                 carried: dict[str, Any] | None = None, deferred_at: float | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.timeout_s, self.cancel_on_kill, self.settle_s = timeout_s, cancel_on_kill, settle_s
-        self.carried = carried  # what the task needs when it goes on, echoed in the event (SettlingTrigger's)
+        # what the task needs when it goes on, echoed in the event, and when it deferred (SettlingTrigger's)
+        self.carried, self.deferred_at = carried, deferred_at
 
     @property
     def what(self) -> str:
@@ -51,10 +52,11 @@ class _TimeoutAndCancel:
         _, kwargs = super().serialize()  # type: ignore[misc]
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {**kwargs, "timeout_s": self.timeout_s, "cancel_on_kill": self.cancel_on_kill,
-                 "settle_s": self.settle_s, "carried": self.carried})
+                 **settle_kwargs(self)})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        async for event in stopping_job_when_killed(self, settled(self.events(), self.settle_s)):
+        held = settled(self.events(), self.settle_s, self.deferred_at, self.log)  # type: ignore[attr-defined]
+        async for event in stopping_job_when_killed(self, held):
             yield TriggerEvent(with_carried(event.payload, self.carried))
 
     async def events(self) -> AsyncIterator[TriggerEvent]:

@@ -32,8 +32,8 @@ class DataflowJobStateTrigger(SettlingTrigger):
     def __init__(self, project_id: str, location: str, job_id: str, until: str, timeout_s: float,
                  gcp_conn_id: str = "google_cloud_default", impersonation_chain: Any = None,
                  poll_interval_s: float = 10.0, cancel_on_kill: bool = True, settle_s: float = HOLD_S,
-                 carried: dict[str, Any] | None = None):
-        super().__init__(settle_s, carried)
+                 carried: dict[str, Any] | None = None, deferred_at: float | None = None):
+        super().__init__(settle_s, carried, deferred_at)
         self.project_id, self.location, self.job_id = project_id, location, job_id
         self.until, self.timeout_s, self.poll_interval_s = until, timeout_s, poll_interval_s
         self.gcp_conn_id, self.impersonation_chain, self.cancel_on_kill = gcp_conn_id, impersonation_chain, cancel_on_kill

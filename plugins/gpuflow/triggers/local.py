@@ -25,8 +25,8 @@ def _log_tail(path: Path, lines: int = 30) -> str:
 class LocalProcessTrigger(SettlingTrigger):
     def __init__(self, pid: int, log_path: str, until: str, timeout_s: float, poll_interval_s: float = 0.5,
                  cancel_on_kill: bool = True, settle_s: float = HOLD_S,
-                 carried: dict[str, Any] | None = None):
-        super().__init__(settle_s, carried)
+                 carried: dict[str, Any] | None = None, deferred_at: float | None = None):
+        super().__init__(settle_s, carried, deferred_at)
         self.pid, self.log_path, self.until = pid, log_path, until
         self.timeout_s, self.poll_interval_s, self.cancel_on_kill = timeout_s, poll_interval_s, cancel_on_kill
 

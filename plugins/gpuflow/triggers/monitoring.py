@@ -29,8 +29,8 @@ class GpuMetricsTrigger(SettlingTrigger):
     def __init__(self, project_id: str, job_id: str, metrics: dict[str, str], started: float, ended: float,
                  timeout_s: float, gcp_conn_id: str = "google_cloud_default",
                  impersonation_chain: list[str] | None = None, poll_interval_s: float = 10.0, settle_s: float = HOLD_S,
-                 carried: dict[str, Any] | None = None):
-        super().__init__(settle_s, carried)
+                 carried: dict[str, Any] | None = None, deferred_at: float | None = None):
+        super().__init__(settle_s, carried, deferred_at)
         self.project_id, self.job_id, self.metrics = project_id, job_id, metrics
         self.started, self.ended, self.timeout_s = started, ended, timeout_s
         self.gcp_conn_id, self.impersonation_chain = gcp_conn_id, impersonation_chain
