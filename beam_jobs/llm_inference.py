@@ -110,6 +110,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     batch.add_argument("--output", help="directory (ending in /) or prefix for the JSONL outputs")
     batch.add_argument("--dead-letter-output", "--dead_letter_output", dest="dead_letter_output",
                        help="directory (ending in /) for dead_letters.jsonl (default: beside the answers)")
+    batch.add_argument("--eval-rounds", "--eval_rounds", dest="eval_rounds", type=int, default=0,
+                       help="a rollout's evaluation: the set sorted by id, cut into batches of --max-batch-size, run "
+                            "this many times; each answer carries its batch's key, round and index")
     streaming = parser.add_argument_group("streaming mode")
     for name in ("messages-subscription", "responses-topic", "dead-letter-topic"):
         streaming.add_argument(f"--{name}", f"--{name.replace('-', '_')}", dest=name.replace("-", "_"))
@@ -268,6 +271,15 @@ def build_pipeline(
         run_inference = RunInference(model_handler or make_vllm_handler(args),
                                      inference_args=vllm_inference_args(args)).with_exception_handling()
         route = beam.FlatMap(route_completion, model=args.model_version or model_label)
+    elif args.eval_rounds and not streaming:
+        # The same batches in both versions' jobs, whatever their bundles (gpuflow.runs.rollout_gate pairs them).
+        from evaluate_interleaved import FixedBatchHandler, fixed_batches
+
+        inputs = (validated.prompts
+                  | "AllPrompts" >> beam.combiners.ToList()
+                  | "FixedBatches" >> beam.FlatMap(fixed_batches, args.max_batch_size, args.eval_rounds))
+        run_inference = RunInference(FixedBatchHandler(handler)).with_exception_handling()
+        route = beam.FlatMap(route_prediction)
     else:
         inputs = validated.prompts
         run_inference = RunInference(handler, model_metadata_pcoll=model_versions(pipeline, args, streaming)
@@ -341,5 +353,12 @@ def run(argv: Sequence[str] | None = None, save_main_session: bool = True, test_
 
 
 if __name__ == "__main__":
+    import sys
+
     logging.getLogger().setLevel(logging.INFO)
-    run()
+    if "--interleaved-evaluation" in sys.argv:  # a rollout's local evaluation: its versions in this one process
+        from evaluate_interleaved import run as evaluate_interleaved
+
+        evaluate_interleaved(sys.argv[1:])
+    else:
+        run()

@@ -94,9 +94,14 @@ def route_prediction(result: PredictionResult):
     if isinstance(result.inference, dict):
         yield dead_letter(prompt_id, prompt, result.inference["error"], result.inference["reason"])
         return
-    response, tokens, batch_size, seconds = result.inference  # GenerateHandler.run_inference
-    yield {"id": prompt_id, "prompt": prompt, "response": response, "model": result.model_id,
-           "batch_size": batch_size, "response_tokens": tokens, "latency_s": seconds}
+    # GenerateHandler.run_inference; a rollout's evaluation adds the batch's key, round and index
+    # (evaluate_interleaved.FixedBatchHandler), by which the gate pairs the two versions' batches.
+    response, tokens, batch_size, seconds, *batch = result.inference
+    answer = {"id": prompt_id, "prompt": prompt, "response": response, "model": result.model_id,
+              "batch_size": batch_size, "response_tokens": tokens, "latency_s": seconds}
+    if batch:
+        answer.update(zip(("batch", "round", "batch_index"), batch, strict=True))
+    yield answer
 
 
 def failed_batch_to_dead_letters(failure) -> Iterable[dict[str, Any]]:

@@ -35,7 +35,8 @@ FORM = FormLayout(
                 "gpu.type", "gpu.count", "gpu.machine_type", "model.max_new_tokens"),
     sections=("Deployment", "Model", "GPU", "Dataflow workers", "Container", "Export", "Inference batching",
               "Smoke test"),
-    file_only=("rollout.eval_set", "rollout.score", "rollout.max_score_drop", "rollout.max_latency_ratio"),
+    file_only=("rollout.eval_set", "rollout.score", "rollout.max_score_drop", "rollout.max_latency_ratio",
+               "rollout.min_latency_pairs", "rollout.warmup_batches", "rollout.max_rounds"),
 )
 
 with DAG(

@@ -287,11 +287,17 @@ def test_the_rollout_gate_runs_both_versions_as_batch_jobs_of_the_run_then_decid
         # Each version with the candidate's batches, fixed at its largest
         assert (version.config.inference.min_batch_size, version.config.inference.max_batch_size) == (8, 8)
 
-    # The jobs' answers, as llm_inference.py writes them: the candidate misses the reference and is slower.
+        # The set cut into keyed batches of the candidate's size (llm_inference.py --eval-rounds), the same in both
+        transforms = staged_pipeline(records.gcs, staged).components.transforms.values()
+        assert {"AllPrompts", "FixedBatches"} <= {transform.unique_name for transform in transforms}
+
+    # The jobs' answers, as llm_inference.py --eval-rounds writes them (the set's 2 prompts in one batch, 9 rounds):
+    # the candidate misses the reference and is slower.
     def answered(role: str, capital: str, latency_s: float) -> None:
-        lines = [{"id": "capital", "response": capital, "latency_s": latency_s, "batch_size": 2, "response_tokens": 4},
-                 {"id": "sky", "response": "Rayleigh scattering", "latency_s": latency_s, "batch_size": 2,
-                  "response_tokens": 4}]
+        lines = [{"id": prompt_id, "response": response, "latency_s": latency_s, "batch_size": 2,
+                  "response_tokens": 4, "batch": f"r{number}b0", "round": number, "batch_index": 0}
+                 for number in range(9) for prompt_id, response in (("capital", capital),
+                                                                    ("sky", "Rayleigh scattering"))]
         records.gcs.upload(BUCKET, f"gpuflow/{names.prefix}/evaluation/{role}/responses.jsonl",
                            data="".join(json.dumps(line) + "\n" for line in lines))
 
@@ -301,6 +307,7 @@ def test_the_rollout_gate_runs_both_versions_as_batch_jobs_of_the_run_then_decid
     assert decision.refused
     assert (decision.serving.mean_score, decision.candidate.mean_score) == (1.0, 0.5)
     assert "score: " in decision.why and "latency: " in decision.why and "0.5s" in decision.why
+    assert decision.median_latency_ratio == 2.5 and len(decision.pairs) == 8
     page, console = write_report(config, "google_cloud_default", names, decision, "manual__gated")
     assert page == f"gs://{BUCKET}/gpuflow/deployments/chat/evaluations/{names.prefix}.md"
     # The provider's FileDetailsLink, as its link to the page would be.

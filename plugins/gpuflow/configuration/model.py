@@ -555,7 +555,16 @@ class RolloutConfig(_Section):
     max_score_drop: float = Field(0.05, ge=0, le=1, description=(
         "The candidate is promoted only if its mean score is at least the serving version's minus this."))
     max_latency_ratio: float = Field(1.5, ge=1, description=(
-        "The candidate is promoted only if its p95 latency per prompt is at most the serving version's times this."))
+        "The candidate is promoted only if the median of its per-batch latency ratios (candidate/serving, the same "
+        "batches, measured side by side) is at most this."))
+    min_latency_pairs: int = Field(8, ge=1, description=(
+        "The latency bound is read only from at least this many batches measured by both versions (after the "
+        "warm-up ones); a small set runs again in rounds to reach it. Fewer: latency not checked, which refuses."))
+    warmup_batches: int = Field(1, ge=0, description=(
+        "The first batches each version runs, dropped from its latency (model loading, cold caches)."))
+    max_rounds: int = Field(20, ge=1, le=1000, description=(
+        "At most this many runs of the whole set (the same batches) to reach rollout.min_latency_pairs; scores "
+        "use the first run's answers only."))
 
     @field_validator("eval_set")
     @classmethod

@@ -30,14 +30,14 @@ class MaintenancePreflightOperator(PreflightOperator):
 
 class EvaluateOperator(JobWaitingOperator):
     """The rollout gate, before anything switches: the evaluation set (``rollout.eval_set``) runs through the
-    serving version and the candidate, each a batch job on its own hardware (gcp: a batch Dataflow job on the
-    version's GPU type and image, both started at once; local: the batch runner, one at a time, since the two would
-    share this machine's processors), waited for deferred; then the
-    candidate is promoted only if its mean score is within ``rollout.max_score_drop`` of the serving version's and
-    its p95 latency within ``rollout.max_latency_ratio`` times (``gpuflow.runs.rollout_gate``). Refused, the task
-    fails naming the bound and both figures, and nothing has switched: the launch never runs. A first deployment is
-    scored against the set's references alone. Ephemeral runs, and a configuration without ``rollout.eval_set``,
-    have no gate (the log says so). The decision goes to XCom (key ``rollout_gate``, pass or fail) and to a page in
+    serving version and the candidate on the same batches, in rounds (gcp: each a batch Dataflow job on the
+    version's GPU type and image, both started at once; local: one process that holds both models and interleaves
+    their batches, since two jobs would share this machine's processors), waited for deferred; then the candidate
+    is promoted only if its mean score is within ``rollout.max_score_drop`` of the serving version's and the median
+    of its per-batch latency ratios within ``rollout.max_latency_ratio`` (``gpuflow.runs.rollout_gate``). Refused,
+    the task fails naming the bound and both figures, and nothing has switched: the launch never runs. A first
+    deployment is scored against the set's references alone. Ephemeral runs, and a configuration without
+    ``rollout.eval_set``, have no gate (the log says so). The decision goes to XCom (key ``rollout_gate``, pass or fail) and to a page in
     the deployment's folder (the "Rollout gate" link on gcp); promote keeps it in the deployment's record.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
@@ -75,12 +75,11 @@ class EvaluateOperator(JobWaitingOperator):
             log.info("%s", skipped)
             return {"decision": "skipped", "why": skipped}
         self._versions = evaluation_versions(config, names, rollout, _image_of(self.image))
-        # On Dataflow each job gets workers of its own, and its start takes minutes: both start at once. Locally the
-        # two would share this machine's processors, and each would slow the other's answers: one at a time.
-        at_once = len(self._versions) if config.traits.dataflow_workers else 1
-        jobs: list[dict[str, Any] | None] = [None] * len(self._versions)
+        # On Dataflow each version is a job with workers of its own, and a start takes minutes: all start at once.
+        # Locally one process runs every version, interleaved (gpuflow.steps.evaluation.evaluation_jobs).
+        jobs: list[dict[str, Any] | None] = [None] * len(self._jobs_of(context, config, names))
         self._started = []
-        for number in range(at_once):
+        for number in range(len(jobs)):
             jobs[number] = self._start(context, config, names, number)
         return self._wait(context, config, names, jobs, number=0)
 
@@ -98,13 +97,19 @@ class EvaluateOperator(JobWaitingOperator):
             self._versions = evaluation_versions(config, names, rollout, _image_of(self.image))
         return self._versions
 
+    def _jobs_of(self, context: Any, config: GpuflowConfig, names: ResourceNames) -> list[list[EvalVersion]]:
+        """The versions each evaluation job runs (gcp: one each; local: all in one)."""
+        from gpuflow.steps.evaluation import evaluation_jobs
+
+        return evaluation_jobs(config, self._versions_of(context, config, names))
+
     def _start(self, context: Any, config: GpuflowConfig, names: ResourceNames, number: int) -> dict[str, Any]:
         from gpuflow.platform import get_platform
-        from gpuflow.steps.evaluation import start_evaluation
+        from gpuflow.steps.evaluation import start_job
 
-        version = self._versions_of(context, config, names)[number]
-        platform = get_platform(version.config)  # the serving version's job on its own recorded hardware
-        job = start_evaluation(platform, version, config).to_xcom()
+        versions = self._jobs_of(context, config, names)[number]
+        platform = get_platform(versions[0].config)  # the serving version's job on its own recorded hardware
+        job = start_job(platform, versions, config).to_xcom()
         self._started = [*self._started, (platform, job)]
         context["ti"].xcom_push(key=DataflowConsoleLink.source_key, value=job)
         return job
@@ -119,12 +124,12 @@ class EvaluateOperator(JobWaitingOperator):
 
     def _wait(self, context: Any, config: GpuflowConfig, names: ResourceNames,
               jobs: list[dict[str, Any] | None], number: int) -> Any:
-        """Wait, deferred, for evaluation job ``number`` (started now if it waited for the one before)."""
+        """Wait, deferred, for evaluation job ``number`` (started now if it is not yet)."""
         from gpuflow.platform import JobHandle, get_platform
 
         job = jobs[number] or self._start(context, config, names, number)
         jobs = [*jobs[:number], job, *jobs[number + 1:]]
-        version = self._versions_of(context, config, names)[number]
+        version = self._jobs_of(context, config, names)[number][0]
         platform = get_platform(version.config)
         return self.defer_on(context, version.config, platform, JobHandle.model_validate(job), "done",
                              platform.job_timeout_s("running") + config.batch.job_timeout_s, number=number, jobs=jobs)

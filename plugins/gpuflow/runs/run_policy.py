@@ -26,6 +26,7 @@ from gpuflow.configuration.model import (
     ZONE,
     ConfigError,
     GpuflowConfig,
+    RolloutConfig,
     has_dot_segment,
     unsafe_character,
 )
@@ -43,7 +44,7 @@ SITE_ONLY = {
     "profile": "the profile goes with its configuration file",
     "batch.schedule": "the schedule is read when the DAG is parsed",
     "batch.catchup": "catchup is read when the DAG is parsed",
-    **dict.fromkeys(("rollout.eval_set", "rollout.score", "rollout.max_score_drop", "rollout.max_latency_ratio"),
+    **dict.fromkeys((f"rollout.{name}" for name in RolloutConfig.model_fields),  # every one, a new one too
                     "the rollout gate is the deployment owner's: a run does not pick the bounds it is judged by"),
 }
 

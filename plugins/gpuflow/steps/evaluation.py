@@ -1,8 +1,12 @@
 """evaluate: a lasting deployment's rollout gate, acted out. The evaluation set (``rollout.eval_set``) goes through
-the serving version and the candidate, each as a batch job of the batch DAG's own machinery (gcp: a batch Dataflow
-job on the version's GPU type and image; local: the batch runner, one at a time) with the same batches
-(``fixed_batching``); then the gate decides on their answers (``gpuflow.runs.rollout_gate``), and its page is
-written into the deployment's folder.
+the serving version and the candidate with the same batches (``fixed_batching``), the whole set several rounds
+(``rollout_gate.eval_rounds``) so that enough batches pair up; then the gate decides on their answers
+(``gpuflow.runs.rollout_gate``), and its page is written into the deployment's folder.
+
+gcp: each version a batch Dataflow job of the batch DAG's machinery on its own GPU type and image, both at once
+(``llm_inference.py --eval-rounds``). local: ONE process holds both models and runs their batches interleaved
+(``evaluate_interleaved.py``, started as ``llm_inference.py --interleaved-evaluation``), so that this machine's load
+falls on both versions' measurement of a batch alike.
 
 The jobs are the run's own: named and labelled by the run's prefix (not the deployment's), writing under the run's
 folder, so that the run's cleanup, or the janitor after a killed run, stops and deletes them as any of the run's.
@@ -23,7 +27,15 @@ from gpuflow.platform import JobBackend, JobHandle
 from gpuflow.platform.files import BatchFiles
 from gpuflow.runs.naming import ResourceNames, deployment_folder
 from gpuflow.runs.rollout import RolloutPlan
-from gpuflow.runs.rollout_gate import Answer, EvalPrompt, GateDecision, decide, parse_eval_set, report_markdown
+from gpuflow.runs.rollout_gate import (
+    Answer,
+    EvalPrompt,
+    GateDecision,
+    decide,
+    eval_rounds,
+    parse_eval_set,
+    report_markdown,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,28 +110,76 @@ def answers_folder(names: ResourceNames, role: str) -> str:
     return names.gcs_uri("evaluation", role) + "/"
 
 
+def rounds_of(config: GpuflowConfig, conn_id: str) -> int:
+    """How many times the evaluation runs the set: enough for rollout.min_latency_pairs batches (the candidate's
+    fixed batch, ``fixed_batching``), at most rollout.max_rounds."""
+    return eval_rounds(config.rollout, len(read_eval_set(config, conn_id)), config.inference.max_batch_size)
+
+
+def evaluation_jobs(config: GpuflowConfig, versions: list[EvalVersion]) -> list[list[EvalVersion]]:
+    """The versions each evaluation job runs. On Dataflow each version is a job on workers of its own (both start
+    at once: a start takes minutes); locally one process runs them all, interleaved, since two would share this
+    machine's processors and each would slow the other's answers."""
+    return [[version] for version in versions] if config.traits.dataflow_workers else [versions]
+
+
 def start_evaluation(platform: JobBackend, version: EvalVersion, config: GpuflowConfig) -> JobHandle:
-    """The version's evaluation job: llm_inference.py in batch mode on the evaluation set."""
+    """The version's evaluation job on Dataflow: llm_inference.py in batch mode on the evaluation set, its batches
+    fixed and keyed, the set run ``rounds_of`` times."""
     from gpuflow.steps.launch import pipeline_argv
 
     folder = answers_folder(version.names, version.role)
     argv = pipeline_argv(version.config, version.names, batch=True,
                          batch_io=["--input", eval_set_location(config), "--output", folder,
-                                   "--dead-letter-output", folder])
+                                   "--dead-letter-output", folder,
+                                   "--eval-rounds", str(rounds_of(config, platform.conn_id))])
     handle = platform.launch_pipeline(argv, version.names, version.image, streaming=False, kind=version.kind)
     log.info("evaluating the %s version %s: job %s, answers in %s", version.role, version.names.model_version,
              handle.name, folder)
     return handle
 
 
-def read_answers(config: GpuflowConfig, conn_id: str, names: ResourceNames, role: str) -> dict[str, Answer]:
-    """A version's answers to the evaluation set, by prompt id (a dead-lettered prompt has none)."""
+#: The kind of the local profile's one evaluation process (its job's name ends in it, its pid file too).
+INTERLEAVED_KIND = "eval-interleaved"
+
+
+def start_interleaved(platform: JobBackend, versions: list[EvalVersion], config: GpuflowConfig) -> JobHandle:
+    """The local evaluation: one process that loads every version and runs their batches interleaved
+    (``evaluate_interleaved.py``), each version's answers written into its own folder. It starts through the
+    platform as ``llm_inference.py --interleaved-evaluation``, with the run's names and labels, so that cleanup, a
+    kill and the janitor find and stop it as any of the run's pipeline processes."""
+    from gpuflow.steps.launch import pipeline_argv
+
+    each = [pipeline_argv(version.config, version.names, batch=True, batch_io=[
+        "--input", eval_set_location(config), "--output", answers_folder(version.names, version.role),
+        "--dead-letter-output", answers_folder(version.names, version.role)]) for version in versions]
+    rounds = rounds_of(config, platform.conn_id)
+    argv = ["--interleaved-evaluation", "--input", eval_set_location(config), "--rounds", str(rounds),
+            "--batch-size", str(config.inference.max_batch_size),
+            *[part for version_argv in each for part in ("--version", json.dumps(version_argv))]]
+    candidate = versions[-1]
+    handle = platform.launch_pipeline(argv, candidate.names, candidate.image, streaming=False, kind=INTERLEAVED_KIND)
+    log.info("evaluating %s interleaved, %d rounds: job %s, answers in %s", " and ".join(
+        f"the {version.role} version {version.names.model_version}" for version in versions), rounds, handle.name,
+        ", ".join(answers_folder(version.names, version.role) for version in versions))
+    return handle
+
+
+def start_job(platform: JobBackend, versions: list[EvalVersion], config: GpuflowConfig) -> JobHandle:
+    """One evaluation job of ``evaluation_jobs``."""
+    if config.traits.dataflow_workers:
+        (version,) = versions
+        return start_evaluation(platform, version, config)
+    return start_interleaved(platform, versions, config)
+
+
+def read_answers(config: GpuflowConfig, conn_id: str, names: ResourceNames, role: str) -> list[Answer]:
+    """A version's answer lines to the evaluation set, every round's (a dead-lettered prompt has none)."""
     folder = answers_folder(names, role)
     text = BatchFiles(**config.hook_identity(conn_id)).read_text_if_there(folder + "responses.jsonl")
     if text is None:
         raise RuntimeError(f"the {role} version's evaluation job wrote no responses.jsonl in {folder}")
-    answers = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return {str(answer["id"]): answer for answer in answers}
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def gate(config: GpuflowConfig, conn_id: str, versions: list[EvalVersion]) -> GateDecision:
@@ -127,7 +187,8 @@ def gate(config: GpuflowConfig, conn_id: str, versions: list[EvalVersion]) -> Ga
     prompts = read_eval_set(config, conn_id)
     by_role = {version.role: (version.names.model_version,
                               read_answers(config, conn_id, version.names, version.role)) for version in versions}
-    decision = decide(config.rollout, prompts, by_role["candidate"], by_role.get("serving"))
+    decision = decide(config.rollout, prompts, by_role["candidate"], by_role.get("serving"),
+                      batch_size=config.inference.max_batch_size)
     log.info("rollout gate: %s. %s", decision.decision, decision.why)
     return decision
 
