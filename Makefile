@@ -96,7 +96,7 @@ $(CHROMIUM):
 # as the postgres user; Debian puts its programs in /usr/lib/postgresql/NN/bin, off PATH).
 postgres: ## Debian's PostgreSQL server for the live Airflow tests (apt-get, through sudo when not root)
 	@ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || { \
-	  echo "installing Debian's postgresql for the live Airflow tests: apt-get install postgresql$(if $(SUDO), through sudo)"; \
+	  echo "installing Debian's postgresql for the live Airflow tests$(if $(SUDO), through sudo)"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get install -y -q postgresql > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q postgresql > /dev/null; }; }

@@ -8,7 +8,8 @@ import pytest
 
 from tests.helpers import ROOT
 
-THIS_TEST = "tests/integration/test_postgres_session.py::test_the_session_server_listens_on_loopback_as_an_unprivileged_user"
+THIS_TEST = ("tests/integration/test_postgres_session.py::"
+             "test_the_session_server_listens_on_loopback_as_an_unprivileged_user")
 
 
 def test_the_session_server_listens_on_loopback_as_an_unprivileged_user(postgres_server):

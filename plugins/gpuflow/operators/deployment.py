@@ -37,8 +37,9 @@ class EvaluateOperator(JobWaitingOperator):
     of its per-batch latency ratios within ``rollout.max_latency_ratio`` (``gpuflow.runs.rollout_gate``). Refused,
     the task fails naming the bound and both figures, and nothing has switched: the launch never runs. A first
     deployment is scored against the set's references alone. Ephemeral runs, and a configuration without
-    ``rollout.eval_set``, have no gate (the log says so). The decision goes to XCom (key ``rollout_gate``, pass or fail) and to a page in
-    the deployment's folder (the "Rollout gate" link on gcp); promote keeps it in the deployment's record.
+    ``rollout.eval_set``, have no gate (the log says so). The decision goes to XCom (key ``rollout_gate``, pass or
+    fail) and to a page in the deployment's folder (the "Rollout gate" link on gcp); promote keeps it in the
+    deployment's record.
 
     :param config_json: the validated configuration, ``PreflightOperator``'s result (``preflight.output``).
     :param image: the candidate's worker image (``BuildContainerOperator``'s result).
