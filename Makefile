@@ -101,11 +101,11 @@ postgres: ## Debian's PostgreSQL server for the live Airflow tests (apt-get, thr
 	  $(SUDO) apt-get install -y -q postgresql > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q postgresql > /dev/null; }; }
 
-test: venv lint docs browser postgres ## everything: lint, the docs site, then every test (unit, integration, live); 21 to 24 minutes
+test: venv lint docs browser postgres ## everything: lint, the docs site, then every test (unit, integration, live); about 25 minutes here
 	@mkdir -p tests/artifacts && rm -f tests/artifacts/git-status-before && \
 	  if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then \
 	  git status --porcelain > tests/artifacts/git-status-before; fi
-	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=15
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=25
 	@if [ -f tests/artifacts/git-status-before ]; then git status --porcelain | \
 	  diff -u tests/artifacts/git-status-before - || { echo "make test changed the tree (above): a test must write \
 	  under tests/artifacts/ or a temporary folder"; exit 1; }; fi
