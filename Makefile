@@ -101,7 +101,7 @@ postgres: ## Debian's PostgreSQL server for the live Airflow tests (apt-get, thr
 	  $(SUDO) apt-get install -y -q postgresql > /dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q postgresql > /dev/null; }; }
 
-test: venv lint docs browser postgres ## everything: lint, the docs site, then every test (unit, integration, live); about 25 minutes here
+test: venv lint docs browser postgres ## everything: lint, the docs site, then every test (unit, integration, live); about 20 minutes here
 	@mkdir -p tests/artifacts && rm -f tests/artifacts/git-status-before && \
 	  if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then \
 	  git status --porcelain > tests/artifacts/git-status-before; fi

@@ -33,6 +33,13 @@ os.environ.update(
         "GPUFLOW_TRIGGER_SETTLE_S": "0",
     }
 )
+# Two test workers share two cores (make test: -n 2). torch's default is a compute thread per core in every process
+# (the tests, their pipelines, Airflow's tasks), and those threads spin-wait on each other's cores: measured here, a
+# pipeline test took 92 s beside another instead of 30 s, and a batch test 59 s instead of 9. One thread each, as
+# the rollout gate's evaluation runs (beam_jobs/evaluate_interleaved.py); the processes inherit it.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # beam_jobs/ beside plugins/ in a checkout, under data/ in Composer's layout (make test-composer)
 BEAM_JOBS = ROOT / "beam_jobs" if (ROOT / "beam_jobs").is_dir() else ROOT / "data" / "beam_jobs"
 sys.path.insert(0, str(BEAM_JOBS))

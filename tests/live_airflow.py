@@ -128,28 +128,17 @@ class LiveAirflow:
         path = self.home / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
-    def log_size(self, name: str) -> int:
-        """Bytes the component has logged so far: where ``logged_since`` starts reading."""
-        path = self.home / f"{name}.log"
-        return path.stat().st_size if path.exists() else 0
-
-    def logged_since(self, name: str, offset: int, text: str, timeout_s: float = 10) -> bool:
-        """Whether the component logs ``text`` after byte ``offset`` within ``timeout_s`` (a server logs a request's
-        traceback after its access line, so after the client has its answer)."""
-        path = self.home / f"{name}.log"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if path.exists():
-                with path.open("rb") as log:
-                    log.seek(offset)
-                    if text in log.read().decode(errors="replace"):
-                        return True
-            time.sleep(0.2)
-        return False
-
     def stop(self) -> None:
+        """SIGTERM to every component at once (they shut down side by side, not one grace period after another),
+        then SIGKILL to what is left of each after 20 s."""
+        import contextlib
+        import signal
+
         from gpuflow.platform.emulators import process_alive, stop_process_group
 
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
         for process in self.processes.values():
             stop_process_group(process.pid, grace_s=20)
             process.wait(timeout=30)

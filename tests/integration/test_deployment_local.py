@@ -65,8 +65,12 @@ def conf(local_config, model_dir: Path, latency_ratio: float = MAX_LATENCY_RATIO
 
 
 class Traffic:
-    """Publishes a prompt every 0.2 s to the deployment's prompts topic, and collects every answer and dead letter
-    (on subscriptions of its own) with the model version each answer names."""
+    """Publishes a prompt every ``INTERVAL_S`` to the deployment's prompts topic, and collects every answer and dead
+    letter (on subscriptions of its own) with the model version each answer names."""
+
+    #: A prompt a second keeps the topic in use through every switch. (Five a second, under CI's load, left the
+    #: replacing job minutes of backlog to answer before the smoke test's prompts.)
+    INTERVAL_S = 1.0
 
     def __init__(self, local_config):
         from google.cloud import pubsub_v1
@@ -97,7 +101,7 @@ class Traffic:
             self.publisher.publish(self.topic, b"what is the capital of france", id=prompt_id).result()
             self.sent[prompt_id] = time.time()
             number += 1
-            time.sleep(0.2)
+            self._stop.wait(self.INTERVAL_S)
 
     def _pull(self, kind: str):
         response = self.subscriber.pull(subscription=self.subscriptions[kind], max_messages=100, timeout=5)
@@ -126,6 +130,13 @@ class Traffic:
             thread.join(timeout=180)
         for path in self.subscriptions.values():
             self.subscriber.delete_subscription(subscription=path)
+
+    def wait_for_prompts_after(self, moment: float, count: int, timeout_s: float = 60) -> None:
+        """Until ``count`` prompts were published after ``moment``."""
+        deadline = time.monotonic() + timeout_s
+        while sum(sent > moment for sent in list(self.sent.values())) < count:
+            assert time.monotonic() < deadline, f"fewer than {count} prompts were published after {moment}"
+            time.sleep(0.1)
 
     def versions_after(self, moment: float) -> set[str]:
         """The versions that answered the prompts published after ``moment``."""
@@ -424,7 +435,7 @@ def test_a_persistent_deployment_rolls_out_replaces_rolls_back_and_tears_down(da
             v3, replaced = version_of(third), record(local_config)
             assert replaced["job"]["id"] != deployed["job"]["id"] and replaced["model_version"] == v3
             replaced_at = time.time()
-            time.sleep(3)
+            traffic.wait_for_prompts_after(replaced_at, 3)
         finally:
             traffic.stop()
 
