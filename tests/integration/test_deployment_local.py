@@ -69,7 +69,7 @@ class Traffic:
     letter (on subscriptions of its own) with the model version each answer names."""
 
     #: A prompt a second keeps the topic in use through every switch. (Five a second, under CI's load, left the
-    #: replacing job minutes of backlog to answer before the smoke test's prompts.)
+    #: replacing job 42 to 67 s of backlog to answer before the smoke test's prompts.)
     INTERVAL_S = 1.0
 
     def __init__(self, local_config):
