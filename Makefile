@@ -112,7 +112,7 @@ test: venv lint docs browser postgres ## everything: lint, the docs site, then e
 
 pictures: venv browser ## refresh the trigger form's pictures in docs/ (the browser test, writing there)
 	GPUFLOW_DOCS_PICTURES=docs $(BIN)/python -m pytest -p no:cacheprovider \
-	  "tests/integration/test_airflow_live.py::test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run"
+	  "tests/integration/test_airflow_live.py::test_the_trigger_form_in_a_browser_starts_a_deployment_that_rolls_out_new_weights"
 
 # Cloud Composer's lines that gpuflow runs on (plugins/gpuflow/catalog/composer.yaml, tested_lines; a test keeps the
 # pins below equal to it): LINE=3.3.1 (the newest; default) or LINE=3.1.8 (the floor). Each gets a venv of its own:

@@ -37,8 +37,8 @@ os.environ.update(
 # (the tests, their pipelines, Airflow's tasks), and those threads spin-wait on each other's cores: measured here, a
 # pipeline test took 92 s beside another instead of 30 s, and a batch test 59 s instead of 9. One thread each, as
 # the rollout gate's evaluation runs (beam_jobs/evaluate_interleaved.py); the processes inherit it.
-for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_threads, "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # beam_jobs/ beside plugins/ in a checkout, under data/ in Composer's layout (make test-composer)
 BEAM_JOBS = ROOT / "beam_jobs" if (ROOT / "beam_jobs").is_dir() else ROOT / "data" / "beam_jobs"
@@ -124,27 +124,56 @@ def postgres_server():
         pytest.exit(f"the test session's PostgreSQL did not start: {problem}", returncode=3)
 
 
+def _built_once(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder)``, run once per test session into a folder its xdist workers share (pytest-xdist's
+    documented ``getbasetemp().parent``): the first worker that needs it builds it while holding a lock, and the
+    other waits and reads it. (Each worker built its own: 5 to 7 s each, twice.) The folder is read-only by
+    convention: a test that changes a model copies it first."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    target = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            partial = shared / f"{name}.partial-{os.getpid()}"
+            partial.mkdir()
+            build(partial)
+            partial.rename(target)  # whole, or not there
+    return target
+
+
 @pytest.fixture(scope="session")
-def airflow_db():
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+def airflow_db(tmp_path_factory):
+    """This process's Airflow home's SQLite database, a copy of one migrated once for the session."""
+    import shutil
+
+    def migrate(folder: Path) -> None:
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
+                       env={**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{folder}/airflow.db"})
+
+    shutil.copyfile(_built_once(tmp_path_factory, "airflow-db", migrate) / "airflow.db", _AIRFLOW_HOME / "airflow.db")
     return _AIRFLOW_HOME
 
 
 def _demo_model(tmp_path_factory, architecture: str) -> Path:
     from gpuflow.platform.demo_model import write_demo_model
 
-    return write_demo_model(tmp_path_factory.mktemp(f"demo-{architecture}"), architecture=architecture)
+    return _built_once(tmp_path_factory, f"demo-{architecture}",
+                       lambda folder: write_demo_model(folder, architecture=architecture))
 
 
 def _export(model_dir: Path, tmp_path_factory) -> Path:
     """The model exported with download_model.py local (bf16 state_dict, config, tokenizer)."""
-    target = tmp_path_factory.mktemp("export") / "state_dict.pth"
-    subprocess.run(
-        [sys.executable, str(BEAM_JOBS / "download_model.py"), "local", "--model-name", str(model_dir),
-         "--state-dict-path", str(target)],
-        check=True, capture_output=True,
-    )
-    return target
+    def export(folder: Path) -> None:
+        subprocess.run(
+            [sys.executable, str(BEAM_JOBS / "download_model.py"), "local", "--model-name", str(model_dir),
+             "--state-dict-path", str(folder / "state_dict.pth")],
+            check=True, capture_output=True,
+        )
+
+    return _built_once(tmp_path_factory, f"export-{model_dir.name}", export) / "state_dict.pth"
 
 
 def _reference_generate(exported: Path):

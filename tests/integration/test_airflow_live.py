@@ -211,52 +211,52 @@ def loses_its_triggerer_twice_and_answers_every_prompt_once(airflow_live, run_id
 ROLLOUT = "gf-live-rollout"
 
 
-@pytest.mark.slow
-def test_a_triggerer_killed_mid_rollout_smoke_test_keeps_the_new_version(airflow_live, local_config, emulators,
-                                                                          tmp_path):
-    """A lasting deployment gets new weights; its rollout's smoke test loses its triggerer (SIGKILL) while the
-    trigger holds the answers. The release is not rolled back: the smoke test passes at its first try, promote
-    records the new version, and the teardown then removes the deployment."""
-    import json
-
-    from gpuflow.configuration.loading import load_config
-    from gpuflow.platform.demo_model import write_demo_model
-    from gpuflow.runs.naming import resource_names, run_prefix
+def rollout_site_file(model_dir: Path) -> str:
+    """A site that allows lasting deployments and serves ``model_dir``, whose weights the test then changes."""
     from tests.helpers import local_site_file, site_config
+
+    return site_config("live-rollout.yaml", local_site_file(), bucket="gpuflow-live-rollout",
+                       **{"model.name": str(model_dir), "limits.lasting_deployments": True,
+                          "deployment.refresh_interval_s": 1})
+
+
+def rolls_out_new_weights_through_a_killed_triggerer(airflow_live, config_file: str, conf: dict,
+                                                     model_dir: Path) -> None:
+    """The deployment that the run of ``conf`` made gets new weights, through a run of the same conf: its rollout's
+    smoke test loses its triggerer (SIGKILL) while the trigger holds the answers. The release is not rolled back:
+    the smoke test passes at its first try, and promote records the new version."""
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.runs.naming import resource_names, run_prefix
     from tests.integration.test_deployment_local import new_weights
 
-    model_dir = write_demo_model(tmp_path / "model", seed=0)
-    config_file = site_config("live-rollout.yaml", local_site_file(), bucket="gpuflow-live-rollout",
-                              **{"model.name": str(model_dir), "limits.lasting_deployments": True,
-                                 "deployment.refresh_interval_s": 1})
-    conf = {"config_file": config_file, "deployment__mode": "persistent", "deployment__name": ROLLOUT,
-            "deployment__rollout_timeout_s": 240,
-            "model__max_new_tokens": 4, "smoke_test__num_prompts": 2}
     record_file = Path(load_config(config_file).local.state_dir) / "deployments" / f"{ROLLOUT}.json"
+    first = json.loads(record_file.read_text())["model_version"]
+    new_weights(model_dir, seed=1)
+    answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+    assert answer.status_code == 200, answer.text
+    second = answer.json()["dag_run_id"]
+    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, second, conf["smoke_test__num_prompts"])
+    xcom = smoke_test_answers(airflow_live, second)
+    plan = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{second}/taskInstances/preflight/xcomEntries/"
+                                   "gpuflow_rollout", params={"deserialize": True}).json()["value"]
+    plan = json.loads(plan) if isinstance(plan, str) else plan  # (3.1.8 gives it back as text)
+    assert plan["path"] == "weights", plan  # the same conf and file: only the weights changed
+    new_version = resource_names(load_config(config_file, conf), run_prefix(DAG_ID, second)).model_version
+    assert new_version != first and new_version in xcom["versions"], xcom
+    record = json.loads(record_file.read_text())
+    assert (record["model_version"], record["changed_by"]) == (new_version, second), record
 
-    def run(dag_id: str) -> str:
-        sent = conf if dag_id == DAG_ID else {"config_file": config_file, "deployment__name": ROLLOUT}  # its form's
-        answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": sent})
-        assert answer.status_code == 200, answer.text
-        return answer.json()["dag_run_id"]
 
-    airflow_live.wait_for_dag(DAG_ID)
-    try:
-        first = run(DAG_ID)
-        assert airflow_live.wait_for_run(DAG_ID, first, timeout_s=600)["state"] == "success"
-        new_weights(model_dir, seed=1)
-        second = run(DAG_ID)
-        kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, second, 2)
-        xcom = smoke_test_answers(airflow_live, second)
-        new_version = resource_names(load_config(config_file, conf), run_prefix(DAG_ID, second)).model_version
-        assert new_version in xcom["versions"], xcom
-        record = json.loads(record_file.read_text())
-        assert (record["model_version"], record["changed_by"]) == (new_version, second), record
-    finally:
-        airflow_live.wait_for_dag("llm_streaming_teardown")
-        down = run("llm_streaming_teardown")
-        assert airflow_live.wait_for_run("llm_streaming_teardown", down, timeout_s=300)["state"] == "success"
-    assert not record_file.exists()
+def tears_the_deployment_down(airflow_live, config_file: str) -> None:
+    from gpuflow.configuration.loading import load_config
+
+    airflow_live.wait_for_dag("llm_streaming_teardown")
+    answer = airflow_live.api("POST", "/dags/llm_streaming_teardown/dagRuns", json={
+        "logical_date": None, "conf": {"config_file": config_file, "deployment__name": ROLLOUT}})  # its form's
+    assert answer.status_code == 200, answer.text
+    down = answer.json()["dag_run_id"]
+    assert airflow_live.wait_for_run("llm_streaming_teardown", down, timeout_s=300)["state"] == "success"
+    assert not (Path(load_config(config_file).local.state_dir) / "deployments" / f"{ROLLOUT}.json").exists()
 
 
 def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_config):
@@ -409,13 +409,16 @@ def frame_from_top(page, element, path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow_live, local_config):
+def test_the_trigger_form_in_a_browser_starts_a_deployment_that_rolls_out_new_weights(airflow_live, local_config,
+                                                                                      tmp_path):
     """Headless Debian chromium, driven by Playwright (no browser download): log in, open the trigger form,
-    check the labels and values a person reads, unfold a section, trigger, and keep pictures of the form as it
-    opens, of an unfolded section and of the finished run's grid. The run loses its triggerer twice on the way
-    (``loses_its_triggerer_twice_and_answers_every_prompt_once``)."""
-    from playwright.sync_api import sync_playwright
-
+    check the labels and values a person reads, unfold a section, trigger a lasting deployment, and keep pictures
+    of the form as it opens, of an unfolded section and of the finished run's grid. The run loses its triggerer
+    twice on the way (``loses_its_triggerer_twice_and_answers_every_prompt_once``); the deployment then takes new
+    weights through a run of the same conf whose triggerer is killed mid smoke test
+    (``rolls_out_new_weights_through_a_killed_triggerer``), and the teardown removes it. (One deployment serves
+    both: two runs of about 75 s each were one.)"""
+    from gpuflow.platform.demo_model import write_demo_model
     from gpuflow.runs.trigger_form import dag_params
     from tests.helpers import dag_forms
 
@@ -424,10 +427,24 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
     started = time.time()
     airflow_live.wait_for_dag(DAG_ID)
     params = dag_params(dag_forms()[DAG_ID])
-    from tests.helpers import local_site_file
+    model_dir = write_demo_model(tmp_path / "model", seed=0)
+    config_file = rollout_site_file(model_dir)
 
-    # This test's emulators and state folder are in the site's file: the form names it (a run may pick a file there).
-    local_fields = {"config_file": local_site_file()}
+    # This test's emulators, state folder and model are in the site's file: the form names it (a run may pick a
+    # file there), and the model's field names the model that file serves.
+    local_fields = {"config_file": config_file}
+    try:
+        conf = deploys_through_the_form(airflow_live, params, local_fields, model_dir, started)
+        rolls_out_new_weights_through_a_killed_triggerer(airflow_live, config_file, conf, model_dir)
+    finally:
+        tears_the_deployment_down(airflow_live, config_file)
+
+
+def deploys_through_the_form(airflow_live, params: dict, local_fields: dict, model_dir: Path,
+                             started: float) -> dict:
+    """The browser's part: the deployment's first run, triggered from the form. Its conf."""
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
@@ -473,7 +490,9 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             choice("deployment__mode").locator("[role=combobox]").click()
             offered = [option.inner_text().strip() for option in page.get_by_role("option").all()]
             assert sorted(offered) == ["ephemeral", "persistent"], offered
-            page.get_by_role("option", name="ephemeral", exact=True).click()  # keeps the value, closes the menu
+            page.get_by_role("option", name="persistent", exact=True).click()  # a lasting deployment
+            control("deployment__name").fill(ROLLOUT)
+            control("model__name").fill(str(model_dir))
 
             control("model__max_new_tokens").fill("8")
             # One section is open at a time: unfolding one folds "Run Parameters" (its values stay).
@@ -511,6 +530,8 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             # The form's values reached the run, and the run used them.
             assert {key: run["conf"][key] for key in local_fields} == local_fields
             assert (run["conf"]["model__max_new_tokens"], run["conf"]["smoke_test__num_prompts"]) == (8, 4)
+            assert (run["conf"]["deployment__mode"], run["conf"]["deployment__name"]) == ("persistent", ROLLOUT)
+            assert run["conf"]["model__name"] == str(model_dir)
             smoke = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
                                             "return_value", params={"deserialize": True}).json()["value"]
             assert smoke["sent"] == 4
@@ -525,6 +546,7 @@ def test_the_trigger_form_in_a_browser_shows_our_params_and_starts_a_run(airflow
             browser.close()
     for picture in (DOCS / "trigger-form.png", DOCS / "trigger-form-section.png", ARTIFACTS / "finished-run-grid.png"):
         assert picture.stat().st_size > 10_000 and picture.stat().st_mtime > started, picture
+    return run["conf"]
 
 
 BATCH_DAG = "llm_batch_inference"
