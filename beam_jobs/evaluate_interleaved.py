@@ -41,6 +41,9 @@ FixedBatch = tuple[str, int, int, list[PromptElement]]
 
 
 def batch_key(round_number: int, index: int) -> str:
+    """The key of a round's batch: both versions run the same prompts in it (the set sorted by id, cut into batches
+    of the candidate's inference.max_batch_size), so the rollout gate pairs their times by it
+    (gpuflow.runs.rollout_gate.batch_latencies reads it from each answer's ``batch``)."""
     return f"r{round_number}b{index}"
 
 

@@ -130,17 +130,11 @@ class LiveAirflow:
 
     def stop(self) -> None:
         """SIGTERM to every component at once (they shut down side by side, not one grace period after another),
-        then SIGKILL to what is left of each after 20 s."""
-        import contextlib
-        import signal
+        then SIGKILL to what is left of them after 20 s."""
+        from gpuflow.platform.emulators import process_alive, stop_process_groups
 
-        from gpuflow.platform.emulators import process_alive, stop_process_group
-
+        stop_process_groups([process.pid for process in self.processes.values()], grace_s=20)
         for process in self.processes.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
-            stop_process_group(process.pid, grace_s=20)
             process.wait(timeout=30)
         leftovers = [name for name, process in self.processes.items() if process_alive(process.pid)]
         assert not leftovers, f"still running: {leftovers}"

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,30 +148,46 @@ class EmulatorProcesses:
         raise EmulatorError(f"emulators did not answer within {timeout_s:.0f}s; logs in {self.log_dir}")
 
     def stop(self) -> None:
-        for name, process in self.processes.items():
-            if process.poll() is None:
-                log.info("stopping the %s emulator (pid %d)", name, process.pid)
-                stop_process_group(process.pid)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=10)
+        running = {name: process for name, process in self.processes.items() if process.poll() is None}
+        for name, process in running.items():
+            log.info("stopping the %s emulator (pid %d)", name, process.pid)
+        stop_process_groups([process.pid for process in running.values()])
+        for process in running.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
         self.processes.clear()
 
 
 def stop_process_group(pid: int, grace_s: float = 10.0) -> bool:
     """SIGTERM the process group led by ``pid``, SIGKILL it after ``grace_s``. True if it was running."""
+    return bool(stop_process_groups([pid], grace_s))
+
+
+def stop_process_groups(pids: Iterable[int], grace_s: float = 10.0) -> list[int]:
+    """SIGTERM every process group led by one of ``pids`` at once, each once, and SIGKILL what is left of them when
+    one shared ``grace_s`` has passed: they shut down side by side, not one grace period after another. The pids that
+    were running."""
+    running = [pid for pid in pids if _terminate_group(pid)]
+    deadline = time.monotonic() + grace_s
+    left = [pid for pid in running if process_alive(pid)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [pid for pid in left if process_alive(pid)]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    return running
+
+
+def _terminate_group(pid: int) -> bool:
+    """SIGTERM to the group led by ``pid`` (to the process alone where the group may not be signalled). False if it
+    is gone."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     except PermissionError:
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not process_alive(pid):
-            return True
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
     return True
 
 

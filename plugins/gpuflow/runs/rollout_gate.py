@@ -85,12 +85,6 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
-def batch_key(round_number: int, index: int) -> str:
-    """The key of a round's batch: both versions run the same prompts in it (the set sorted by id, cut into batches
-    of the candidate's inference.max_batch_size), so the gate pairs their times by it."""
-    return f"r{round_number}b{index}"
-
-
 def eval_rounds(settings: RolloutConfig, set_size: int, batch_size: int) -> int:
     """How many times the set runs: enough rounds for ``min_latency_pairs`` batches after the warm-up ones, at most
     ``max_rounds``."""
