@@ -145,15 +145,22 @@ def _built_once(tmp_path_factory, name: str, build) -> Path:
 
 
 @pytest.fixture(scope="session")
-def airflow_db(tmp_path_factory):
-    """This process's Airflow home's SQLite database, a copy of one migrated once for the session."""
-    import shutil
-
+def migrated_sqlite(tmp_path_factory) -> Path:
+    """An Airflow SQLite database that `airflow db migrate` made once for the session: a new Airflow home copies it
+    (``shutil.copyfile``) where it would migrate its own. Never written."""
     def migrate(folder: Path) -> None:
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
                        env={**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{folder}/airflow.db"})
 
-    shutil.copyfile(_built_once(tmp_path_factory, "airflow-db", migrate) / "airflow.db", _AIRFLOW_HOME / "airflow.db")
+    return _built_once(tmp_path_factory, "airflow-db", migrate) / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def airflow_db(migrated_sqlite):
+    """This process's Airflow home, its SQLite database migrated."""
+    import shutil
+
+    shutil.copyfile(migrated_sqlite, _AIRFLOW_HOME / "airflow.db")
     return _AIRFLOW_HOME
 
 

@@ -49,15 +49,20 @@ with DAG("connection_fix_check", schedule=None, start_date=datetime(2026, 1, 1))
 """
 
 
-def test_in_a_task_the_airflow_connections_add_named_in_the_fix_clears_the_finding(tmp_path):
-    """As on a fresh machine: a new Airflow home, a task that runs the check, then the fix as written."""
+def test_in_a_task_the_airflow_connections_add_named_in_the_fix_clears_the_finding(tmp_path, migrated_sqlite):
+    """As on a fresh machine: a new Airflow home (its database migrated, as `airflow db migrate` makes it), a task
+    that runs the check, then the fix as written."""
+    import shutil
+
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "connection_fix_check.py").write_text(DAG_FILE)
+    (tmp_path / "home").mkdir()
+    shutil.copyfile(migrated_sqlite, tmp_path / "home" / "airflow.db")
     airflow = shlex.quote(str(Path(sys.executable).with_name("airflow")))
     home = (f"export AIRFLOW_HOME={tmp_path / 'home'} AIRFLOW__CORE__DAGS_FOLDER={tmp_path / 'dags'} "
             "AIRFLOW__CORE__LOAD_EXAMPLES=False; ")
     run_check = f"{airflow} dags test connection_fix_check"
-    fix = shell(f"{home}{airflow} db migrate > /dev/null; {run_check}")
+    fix = shell(f"{home}{run_check}")
     command = re.match(r"add it where Airflow keeps connections: (airflow connections add .*?') \(", fix).group(1)
     assert shell(f"{home}{command.replace('airflow', airflow, 1).replace('PROJECT', 'acme-ml-prod')} > /dev/null; "
                  f"{run_check}") == ""

@@ -258,21 +258,24 @@ def test_preflight_access_with_google_unreachable_fails_within_seconds_as_not_ch
     assert took < 10 + 5, took  # 10 s for the read at most, and the command's own start
 
 
-def test_the_missing_connection_fix_works_as_the_message_words_it(tmp_path):
-    """As a user would: the message says `airflow connections add …`; after it, in the same AIRFLOW_HOME, the check
-    gets past the connection (to the next step, the credentials) instead of repeating itself."""
+def test_the_missing_connection_fix_works_as_the_message_words_it(tmp_path, migrated_sqlite):
+    """As a user would: the message says `airflow connections add …`; after it, in the same AIRFLOW_HOME (its
+    database migrated, as `airflow db migrate` makes it), the check gets past the connection (to the next step, the
+    credentials) instead of repeating itself."""
+    import shutil
     from pathlib import Path
 
     home = {"AIRFLOW_HOME": str(tmp_path / "airflow")}
     before = run_as_a_user(tmp_path, "preflight", "--access", "--config-only", "--config", GCP_EXAMPLE, **home)
     assert "the Airflow connection 'google_cloud_default' is not defined" in before.stderr, before.stderr[-2000:]
     fix = re.search(r"`(airflow connections add [^`]+)`", before.stderr).group(1)
+    (tmp_path / "airflow").mkdir(exist_ok=True)
+    shutil.copyfile(migrated_sqlite, tmp_path / "airflow" / "airflow.db")
     airflow = str(Path(sys.executable).with_name("airflow"))
-    for command in ([airflow, "db", "migrate"], [airflow, *fix.split()[1:]]):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                              env={**{k: v for k, v in __import__("os").environ.items()
-                                      if not k.startswith("AIRFLOW_CONN_")}, **home})
-        assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run([airflow, *fix.split()[1:]], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**{k: v for k, v in __import__("os").environ.items()
+                                  if not k.startswith("AIRFLOW_CONN_")}, **home})
+    assert done.returncode == 0, done.stderr[-2000:]
     after = run_as_a_user(tmp_path, "preflight", "--access", "--config-only", "--config", GCP_EXAMPLE, **home)
     assert after.returncode == 1 and "Traceback" not in after.stderr, after.stderr[-2000:]
     assert "is not defined" not in after.stderr
