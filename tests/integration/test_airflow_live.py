@@ -52,12 +52,16 @@ def local_conf(local_config):
 KILLED = "task killed: "
 
 
-def trigger_run(airflow_live, local_config) -> str:
-    airflow_live.wait_for_dag(DAG_ID)
-    answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns",
-                              json={"logical_date": None, "conf": local_conf(local_config)})
+def start_run(airflow_live, dag_id: str, conf: dict) -> str:
+    """A manual run of ``dag_id`` with ``conf``, through the REST API: its run id."""
+    answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
     assert answer.status_code == 200, answer.text
     return answer.json()["dag_run_id"]
+
+
+def trigger_run(airflow_live, local_config) -> str:
+    airflow_live.wait_for_dag(DAG_ID)
+    return start_run(airflow_live, DAG_ID, local_conf(local_config))
 
 
 def task_log(airflow_live, run_id: str, task_id: str, try_number: int = 1) -> str:
@@ -220,6 +224,13 @@ def rollout_site_file(model_dir: Path) -> str:
                           "deployment.refresh_interval_s": 1})
 
 
+def rollout_record(config_file: str) -> Path:
+    """Where the site of ``config_file`` records the deployment."""
+    from gpuflow.configuration.loading import load_config
+
+    return Path(load_config(config_file).local.state_dir) / "deployments" / f"{ROLLOUT}.json"
+
+
 def rolls_out_new_weights_through_a_killed_triggerer(airflow_live, config_file: str, conf: dict,
                                                      model_dir: Path) -> None:
     """The deployment that the run of ``conf`` made gets new weights, through a run of the same conf: its rollout's
@@ -229,12 +240,10 @@ def rolls_out_new_weights_through_a_killed_triggerer(airflow_live, config_file: 
     from gpuflow.runs.naming import resource_names, run_prefix
     from tests.integration.test_deployment_local import new_weights
 
-    record_file = Path(load_config(config_file).local.state_dir) / "deployments" / f"{ROLLOUT}.json"
+    record_file = rollout_record(config_file)
     first = json.loads(record_file.read_text())["model_version"]
     new_weights(model_dir, seed=1)
-    answer = airflow_live.api("POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
-    assert answer.status_code == 200, answer.text
-    second = answer.json()["dag_run_id"]
+    second = start_run(airflow_live, DAG_ID, conf)
     kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, second, conf["smoke_test__num_prompts"])
     xcom = smoke_test_answers(airflow_live, second)
     plan = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{second}/taskInstances/preflight/xcomEntries/"
@@ -248,15 +257,11 @@ def rolls_out_new_weights_through_a_killed_triggerer(airflow_live, config_file: 
 
 
 def tears_the_deployment_down(airflow_live, config_file: str) -> None:
-    from gpuflow.configuration.loading import load_config
-
     airflow_live.wait_for_dag("llm_streaming_teardown")
-    answer = airflow_live.api("POST", "/dags/llm_streaming_teardown/dagRuns", json={
-        "logical_date": None, "conf": {"config_file": config_file, "deployment__name": ROLLOUT}})  # its form's
-    assert answer.status_code == 200, answer.text
-    down = answer.json()["dag_run_id"]
+    down = start_run(airflow_live, "llm_streaming_teardown",
+                     {"config_file": config_file, "deployment__name": ROLLOUT})  # its form's
     assert airflow_live.wait_for_run("llm_streaming_teardown", down, timeout_s=300)["state"] == "success"
-    assert not (Path(load_config(config_file).local.state_dir) / "deployments" / f"{ROLLOUT}.json").exists()
+    assert not rollout_record(config_file).exists()
 
 
 def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_config):
