@@ -39,14 +39,14 @@ $(STAMP): $(RUNTIME_STAMP) requirements-dev.txt
 # The streaming LLM DAG on the local profile, with `airflow dags test` on a fresh SQLite Airflow home. It runs the
 # triggers in line, with no scheduler to race, so nothing holds an event (GPUFLOW_TRIGGER_SETTLE_S=0:
 # gpuflow.triggers.settle).
-# The demo is the local profile's, always: an empty site folder (GPUFLOW_SITE_DIR) keeps a deployment's
-# site/gpuflow.yaml, once written (docs/gcp.md), from changing what it runs.
+# The demo is the local profile's, always: its DAG folder holds the repository's own DAG files and no site folder
+# (dags/<site>/, written by `gpuflow site-dags`), which would replace them.
 demo: venv ## the streaming LLM DAG on the local profile: prompts, answers and latency
-	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)/airflow
-	export AIRFLOW_HOME=$(DEMO_HOME)/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)/airflow $(DEMO_HOME)/dags
+	ln -s $(CURDIR)/dags/*.py $(DEMO_HOME)/dags/
+	export AIRFLOW_HOME=$(DEMO_HOME)/airflow AIRFLOW__CORE__DAGS_FOLDER=$(DEMO_HOME)/dags \
 	  AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False GPUFLOW_TRIGGER_SETTLE_S=0 \
-	  AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=True \
-	  GPUFLOW_SITE_DIR=$(DEMO_HOME)/no-site; \
+	  AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=True; \
 	$(BIN)/airflow db migrate > $(DEMO_HOME)/db-migrate.log 2>&1; \
 	echo "running llm_streaming_inference on the local profile (a few minutes; full log: $(DEMO_HOME)/dags-test.log)"; \
 	$(BIN)/gpuflow emulators run -- $(BIN)/airflow dags test llm_streaming_inference > $(DEMO_HOME)/dags-test.log 2>&1; \

@@ -7,6 +7,7 @@ shared helpers live in tests/helpers.py.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -46,9 +47,27 @@ sys.path.insert(0, str(BEAM_JOBS))
 
 # The test configuration: the local profile with its own state directory.
 TEST_STATE_DIR = Path(tempfile.mkdtemp(prefix="gpuflow-test-state-"))
-# The deployment's site folder of configuration files, this process's own: the files a run may name as config_file
-# (gpuflow.runs.run_policy), and where each test writes what a run's conf may not set (tests.helpers.site_config).
+# The deployment's site folder of configuration files, this process's own: where each test writes what a run's conf
+# may not set (tests.helpers.site_config), as a deployment manager writes a team's site file.
 os.environ["GPUFLOW_SITE_DIR"] = str(TEST_STATE_DIR / "site")
+# The DAG files of the sites a test runs (tests.helpers.site_dag), this process's own: a DAG bundle beside the
+# repository's dags/, since dag.test() finds a DAG by parsing its bundle. One file per DAG, removed after each test
+# (``_site_dag_files``), so that a dag.test() never parses another test's.
+TEST_SITE_DAGS = TEST_STATE_DIR / "site-dags"
+TEST_SITE_DAGS.mkdir()
+os.environ["GPUFLOW_TEST_SITE_DAGS"] = str(TEST_SITE_DAGS)
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
+    {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+    {"name": "gpuflow-test-sites", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+     "kwargs": {"path": str(TEST_SITE_DAGS)}}])
+
+
+@pytest.fixture(autouse=True)
+def _site_dag_files():
+    """The site DAG files a test wrote go when it ends."""
+    yield
+    for path in TEST_SITE_DAGS.glob("*.py"):
+        path.unlink()
 
 
 def _free_port() -> int:

@@ -59,6 +59,29 @@ def dag_bag(folder: Path | None = None):
     return DagBag(str(folder or ROOT / "dags"))
 
 
+def site_dag(config_file: str | Path, dag_name: str):
+    """One of gpuflow's DAGs, made from ``config_file`` as a site's DAG file makes it (``gpuflow.site_dags``): its
+    id is ``<site>__<dag_name>``. A run's conf cannot name a configuration file, so a test that needs a file's values
+    runs the DAG of that file's site."""
+    import os
+
+    from gpuflow.site_dags import site_dag as make
+    from gpuflow.sites import site_name
+
+    dag_file = Path(os.environ["GPUFLOW_TEST_SITE_DAGS"]) / f"{site_name(config_file)}__{dag_name}.py"
+    dag_file.write_text("import airflow.sdk  # noqa: F401\nfrom gpuflow.site_dags import site_dag\n\n"
+                        f"dag = site_dag({str(config_file)!r}, {dag_name!r})\n")
+    return make(str(config_file), dag_name)
+
+
+def run_dag(dag_name: str, conf: dict, **test_kwargs):
+    """``dag.test()`` of the gpuflow DAG ``dag_name`` of the site whose file ``conf["config_file"]`` names, with the
+    rest of ``conf`` as the run's conf: a test's shorthand for "this site's DAG, this run" (a real conf names no
+    file)."""
+    conf = dict(conf)
+    return site_dag(conf.pop("config_file"), dag_name).test(run_conf=conf, **test_kwargs)
+
+
 def dag_forms() -> dict:
     """Each gpuflow DAG's trigger form (its FormLayout), as its DAG file declares it: {dag_id: layout}."""
     return dict(_dag_forms())

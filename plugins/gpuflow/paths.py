@@ -18,10 +18,10 @@ def project_path(relative: str) -> Path:
     return next((path for path in candidates if path.exists()), candidates[0])
 
 
-#: A deployment's own configuration, under data/ on Composer (``gpuflow deploy-composer --config``): where it exists,
-#: the DAGs whose default is configs/local.yaml read it instead. No repository file lies there, so a redeploy never
-#: overwrites it.
-SITE_CONFIG = "site/gpuflow.yaml"
+#: The deployment's folder of site files, relative to the project (under data/ on Composer, where
+#: ``gpuflow deploy-composer --config`` puts each team's): no repository file lies there, so a redeploy never
+#: overwrites one.
+SITE_FOLDER = "site"
 #: The environment variable that moves the deployment's site folder elsewhere: the Airflow deployment's environment,
 #: which its deployment manager sets and no run can (docs/security.md).
 SITE_DIR_VARIABLE = "GPUFLOW_SITE_DIR"
@@ -30,15 +30,7 @@ SITE_DIR_VARIABLE = "GPUFLOW_SITE_DIR"
 def site_dir() -> Path:
     """The deployment's folder of configuration files: $GPUFLOW_SITE_DIR, else site/ (data/site/ on Composer)."""
     configured = os.environ.get(SITE_DIR_VARIABLE)
-    return Path(configured) if configured else project_path("site")
-
-
-def default_config_file(dag_default: str) -> str:
-    """The configuration a DAG reads by default: the deployment's own where there is one (for DAGs that default to
-    the local profile's file), else the DAG's."""
-    if dag_default == "configs/local.yaml" and (site_dir() / "gpuflow.yaml").exists():
-        return str(site_dir() / "gpuflow.yaml") if os.environ.get(SITE_DIR_VARIABLE) else SITE_CONFIG
-    return dag_default
+    return Path(configured) if configured else project_path(SITE_FOLDER)
 
 
 def resolve_config_path(config_file: str | Path | None, default: str = "configs/local.yaml") -> Path:

@@ -14,14 +14,22 @@ import pytest
 from tests.helpers import ROOT
 from tests.live_airflow import USERNAME, LiveAirflow
 
-DAG_ID = "llm_streaming_inference"
+#: The sites the live Airflow serves (tests.helpers.site_config writes their files): the tests' local site, and the
+#: site of the lasting deployment the browser test makes and rolls out (it allows lasting deployments and serves a
+#: model of the test's own). Each has its DAG folder, as ``gpuflow site-dags`` writes it.
+LOCAL_SITE, ROLLOUT_SITE = "local", "live-rollout"
+DAG_ID = f"{LOCAL_SITE}__llm_streaming_inference"
+ROLLOUT_DAG = f"{ROLLOUT_SITE}__llm_streaming_inference"
 
 
-#: tests/dags/ (quick_deferrals) as a DAG bundle of its own, beside gpuflow's dags/.
-TEST_BUNDLES = json.dumps([
-    {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
-    {"name": "test-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-     "kwargs": {"path": str(ROOT / "tests" / "dags")}}])
+def bundles(site_dags: Path) -> str:
+    """gpuflow's dags/ (the repository's own local DAGs: dataproc_gpu_batch on configs/dataproc.example.yaml), the
+    sites' DAG folders, and tests/dags/ (quick_deferrals), each a DAG bundle of its own."""
+    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+    return json.dumps([
+        {"name": "dags-folder", "classpath": local, "kwargs": {}},
+        {"name": "gpuflow-sites", "classpath": local, "kwargs": {"path": str(site_dags)}},
+        {"name": "test-dags", "classpath": local, "kwargs": {"path": str(ROOT / "tests" / "dags")}}])
 
 
 def database_name(home: Path) -> str:
@@ -30,10 +38,24 @@ def database_name(home: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def airflow_live(tmp_path_factory, emulators, postgres_server):
+def rollout_model(tmp_path_factory) -> Path:
+    """The model the rollout site serves; the browser test gives it new weights."""
+    from gpuflow.platform.demo_model import write_demo_model
+
+    return write_demo_model(tmp_path_factory.mktemp("live-rollout") / "model", seed=0)
+
+
+@pytest.fixture(scope="module")
+def airflow_live(tmp_path_factory, emulators, postgres_server, rollout_model):
+    from gpuflow.sites import write_site_dag_file
+    from tests.helpers import local_site_file
+
     home = tmp_path_factory.mktemp("airflow-live")
+    site_dags = home / "site-dags"
+    for site_file in (local_site_file(), rollout_site_file(rollout_model)):
+        write_site_dag_file(Path(site_file), site_dags)
     live = LiveAirflow(home, postgres_server.database_url(database_name(home)),
-                       extra_env={"AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": TEST_BUNDLES})
+                       extra_env={"AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": bundles(site_dags)})
     try:
         live.start()
         yield live
@@ -42,9 +64,7 @@ def airflow_live(tmp_path_factory, emulators, postgres_server):
 
 
 def local_conf(local_config):
-    from tests.helpers import local_site_file
-
-    return {"config_file": local_site_file(), "model__max_new_tokens": 8, "smoke_test__num_prompts": 4}
+    return {"model__max_new_tokens": 8, "smoke_test__num_prompts": 4}
 
 
 #: What LocalProcessTrigger.on_kill logs, whether it stopped the pipeline or the run's cleanup (which the killed
@@ -64,20 +84,20 @@ def trigger_run(airflow_live, local_config) -> str:
     return start_run(airflow_live, DAG_ID, local_conf(local_config))
 
 
-def task_log(airflow_live, run_id: str, task_id: str, try_number: int = 1) -> str:
-    return airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+def task_log(airflow_live, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+    return airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
                             params={"full_content": True}).text
 
 
-def trigger_logs(airflow_live, run_id: str, task_id: str) -> str:
+def trigger_logs(airflow_live, dag_id: str, run_id: str, task_id: str) -> str:
     """What the triggerer wrote for the task's triggers (attempt=N.log.trigger.ID.log beside the task's log)."""
-    folder = airflow_live.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={task_id}"
+    folder = airflow_live.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
     return "".join(path.read_text(errors="replace") for path in sorted(folder.glob("*.log.trigger.*")))
 
 
-def wait_for_trigger_to_start(airflow_live, run_id: str, task_id: str, timeout_s: float = 120) -> None:
+def wait_for_trigger_to_start(airflow_live, dag_id: str, run_id: str, task_id: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
-    while "starting" not in trigger_logs(airflow_live, run_id, task_id):
+    while "starting" not in trigger_logs(airflow_live, dag_id, run_id, task_id):
         assert time.monotonic() < deadline, f"no trigger of {task_id} started: {airflow_live.log_tail('triggerer')}"
         time.sleep(0.5)
 
@@ -87,7 +107,7 @@ def test_a_deferred_launch_marked_failed_stops_its_pipeline_once(airflow_live, l
     calls it itself once Airflow says the task left deferral (gpuflow.triggers.kill)."""
     run_id = trigger_run(airflow_live, local_config)
     airflow_live.wait_for_task_state(DAG_ID, run_id, "launch", "deferred", timeout_s=300)
-    wait_for_trigger_to_start(airflow_live, run_id, "launch")
+    wait_for_trigger_to_start(airflow_live, DAG_ID, run_id, "launch")
     marked = airflow_live.api("PATCH", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch",
                               json={"new_state": "failed"})
     assert marked.status_code == 200, marked.text
@@ -95,7 +115,7 @@ def test_a_deferred_launch_marked_failed_stops_its_pipeline_once(airflow_live, l
     assert run["state"] == "failed"
 
     def logs() -> str:
-        return trigger_logs(airflow_live, run_id, "launch") + airflow_live.log_tail("triggerer", lines=10**6)
+        return trigger_logs(airflow_live, DAG_ID, run_id, "launch") + airflow_live.log_tail("triggerer", lines=10**6)
 
     # The 3.1 triggerer notices a task that left deferral at its next look at the database, which may come after
     # the run's cleanup has already ended the run.
@@ -129,16 +149,16 @@ def holds(logs: str) -> list[tuple[str, float, float, float]]:
     return found
 
 
-def kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, run_id: str, count: int) -> None:
+def kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, dag_id: str, run_id: str, count: int) -> None:
     """The smoke test's trigger pulls every answer and logs it, and its triggerer is SIGKILLed while the trigger
     holds its event, before it reaches the task. The hold ends ``HOLD_S`` after the deferral (the answers come
     within seconds of it: the kill lands in that window), and so does the next triggerer's, which rebuilds the
     trigger from its kwargs: its trigger gets the answers again after their ack deadline and fires its event no
     sooner than the deferral + ``HOLD_S``, but well before its own start + ``HOLD_S`` (it does not hold again)."""
-    airflow_live.wait_for_task_state(DAG_ID, run_id, "smoke_test", "deferred", timeout_s=600)
+    airflow_live.wait_for_task_state(dag_id, run_id, "smoke_test", "deferred", timeout_s=600)
 
     def logs() -> str:
-        return trigger_logs(airflow_live, run_id, "smoke_test")
+        return trigger_logs(airflow_live, dag_id, run_id, "smoke_test")
 
     fired = logs().count("Trigger fired event")
     deadline = time.monotonic() + 120
@@ -171,44 +191,44 @@ def kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, run_
     assert released <= rebuilt_started + LIVE_HOLD_S - 2, window  # it did not hold HOLD_S again from its start
 
 
-def smoke_test_answers(airflow_live, run_id: str) -> dict:
+def smoke_test_answers(airflow_live, dag_id: str, run_id: str) -> dict:
     """The smoke test's XCom after a run that succeeded with the smoke test at its first try."""
-    run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=600)
-    smoke = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test").json()
+    run = airflow_live.wait_for_run(dag_id, run_id, timeout_s=600)
+    smoke = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/smoke_test").json()
     assert run["state"] == "success" and smoke["try_number"] == 1, (run, smoke, airflow_live.log_tail("scheduler"))
-    xcom = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
+    xcom = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
                                    "return_value", params={"deserialize": True}).json()["value"]
     ids = [row["id"] for row in xcom["answers"]]
     assert xcom["answered"] == xcom["sent"] == len(ids) == len(set(ids)), xcom
     return xcom
 
 
-def loses_its_triggerer_twice_and_answers_every_prompt_once(airflow_live, run_id: str) -> None:
+def loses_its_triggerer_twice_and_answers_every_prompt_once(airflow_live, dag_id: str, run_id: str) -> None:
     """The run, deferring while its jobs start, loses its triggerer twice, as on Composer when pods move. Restarted
     while the launch is deferred: the new triggerer takes the wait over and the pipeline keeps running. SIGKILLed
     while the smoke test's trigger holds its answers: nothing had been acknowledged, so Pub/Sub resends the answers
     after their ack deadline to the next triggerer's trigger, which holds them only until HOLD_S after the deferral,
     not HOLD_S again. The run succeeds with every task at its first try, each prompt answered once. (The browser
     test's run goes through this: one run proves both, where two runs took about 90 s each.)"""
-    airflow_live.wait_for_task_state(DAG_ID, run_id, "launch", "deferred", timeout_s=300)
-    wait_for_trigger_to_start(airflow_live, run_id, "launch")
+    airflow_live.wait_for_task_state(dag_id, run_id, "launch", "deferred", timeout_s=300)
+    wait_for_trigger_to_start(airflow_live, dag_id, run_id, "launch")
     airflow_live.restart("triggerer")
-    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, run_id, 4)
+    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, dag_id, run_id, 4)
 
-    xcom = smoke_test_answers(airflow_live, run_id)  # the run succeeded, the smoke test at its first try
-    tis = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
+    xcom = smoke_test_answers(airflow_live, dag_id, run_id)  # the run succeeded, the smoke test at its first try
+    tis = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
     assert {(ti["state"], ti["try_number"]) for ti in tis} == {("success", 1)}, tis
     # While the pipeline process loaded its model, the launch task gave its worker slot back: the triggerer
     # waited on it (LocalProcessTrigger), and the task resumed when the pipeline ran.
-    launch_log = task_log(airflow_live, run_id, "launch")
+    launch_log = task_log(airflow_live, dag_id, run_id, "launch")
     assert "deferring until local-process" in launch_log and "the pipeline is running" in launch_log, launch_log[-2000:]
-    assert KILLED not in trigger_logs(airflow_live, run_id, "launch") + airflow_live.log_tail("triggerer", 10**6)
+    assert KILLED not in trigger_logs(airflow_live, dag_id, run_id, "launch") + airflow_live.log_tail("triggerer", 10**6)
     assert xcom["sent"] == 4 and all(row["answer"] for row in xcom["answers"]), xcom
     # The killed trigger had every answer; the next one got them all again and fired the only event.
-    logs = trigger_logs(airflow_live, run_id, "smoke_test")
+    logs = trigger_logs(airflow_live, dag_id, run_id, "smoke_test")
     assert logs.count("answered 4/4") >= 2 and logs.count("Trigger fired event") == 1, logs[-3000:]
     # The UI knows the launch task's extra link (empty on the local profile: no console page).
-    links = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/launch/links")
+    links = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/launch/links")
     assert links.status_code == 200 and "Dataflow job" in links.json()["extra_links"], links.text
 
 
@@ -219,7 +239,7 @@ def rollout_site_file(model_dir: Path) -> str:
     """A site that allows lasting deployments and serves ``model_dir``, whose weights the test then changes."""
     from tests.helpers import local_site_file, site_config
 
-    return site_config("live-rollout.yaml", local_site_file(), bucket="gpuflow-live-rollout",
+    return site_config(f"{ROLLOUT_SITE}.yaml", local_site_file(), bucket="gpuflow-live-rollout",
                        **{"model.name": str(model_dir), "limits.lasting_deployments": True,
                           "deployment.refresh_interval_s": 1})
 
@@ -243,24 +263,24 @@ def rolls_out_new_weights_through_a_killed_triggerer(airflow_live, config_file: 
     record_file = rollout_record(config_file)
     first = json.loads(record_file.read_text())["model_version"]
     new_weights(model_dir, seed=1)
-    second = start_run(airflow_live, DAG_ID, conf)
-    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, second, conf["smoke_test__num_prompts"])
-    xcom = smoke_test_answers(airflow_live, second)
-    plan = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{second}/taskInstances/preflight/xcomEntries/"
+    second = start_run(airflow_live, ROLLOUT_DAG, conf)
+    kill_the_triggerer_while_the_smoke_test_holds_its_answers(airflow_live, ROLLOUT_DAG, second, conf["smoke_test__num_prompts"])
+    xcom = smoke_test_answers(airflow_live, ROLLOUT_DAG, second)
+    plan = airflow_live.api("GET", f"/dags/{ROLLOUT_DAG}/dagRuns/{second}/taskInstances/preflight/xcomEntries/"
                                    "gpuflow_rollout", params={"deserialize": True}).json()["value"]
     plan = json.loads(plan) if isinstance(plan, str) else plan  # (3.1.8 gives it back as text)
     assert plan["path"] == "weights", plan  # the same conf and file: only the weights changed
-    new_version = resource_names(load_config(config_file, conf), run_prefix(DAG_ID, second)).model_version
+    new_version = resource_names(load_config(config_file, conf), run_prefix(ROLLOUT_DAG, second)).model_version
     assert new_version != first and new_version in xcom["versions"], xcom
     record = json.loads(record_file.read_text())
     assert (record["model_version"], record["changed_by"]) == (new_version, second), record
 
 
 def tears_the_deployment_down(airflow_live, config_file: str) -> None:
-    airflow_live.wait_for_dag("llm_streaming_teardown")
-    down = start_run(airflow_live, "llm_streaming_teardown",
-                     {"config_file": config_file, "deployment__name": ROLLOUT})  # its form's
-    assert airflow_live.wait_for_run("llm_streaming_teardown", down, timeout_s=300)["state"] == "success"
+    teardown = f"{ROLLOUT_SITE}__llm_streaming_teardown"  # the teardown of the deployment's own site
+    airflow_live.wait_for_dag(teardown)
+    down = start_run(airflow_live, teardown, {"deployment__name": ROLLOUT})  # its form's
+    assert airflow_live.wait_for_run(teardown, down, timeout_s=300)["state"] == "success"
     assert not rollout_record(config_file).exists()
 
 
@@ -277,8 +297,12 @@ def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_con
     assert "smoke_test__num_prompts" in answer.text
 
 
+def runs_of(airflow_live, dag_id: str) -> set[str]:
+    return {run["dag_run_id"] for run in airflow_live.api("GET", f"/dags/{dag_id}/dagRuns").json()["dag_runs"]}
+
+
 def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_created(airflow_live, local_config,
-                                                                                  tmp_path):
+                                                                                  rollout_model, tmp_path):
     """As a user whose role may trigger DAGs and no more (SimpleAuthManager's "user"), with nothing but the REST API:
     what the Params' schema can express is a 400; the rest fails each run's preflight (gpuflow.runs.run_policy), and
     its target is left as it was: no marker, no team file gone, no resource of the run, no other connection used.
@@ -290,7 +314,6 @@ def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_creat
     from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.runs.naming import resource_names, run_prefix
     from gpuflow.steps.resources import list_run_resources
-    from tests.helpers import local_site_file
     from tests.live_airflow import TRIGGER_USER
 
     marker, script, team = tmp_path / "owned", tmp_path / "payload.py", tmp_path / "team-folder"
@@ -300,26 +323,32 @@ def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_creat
     state = local_config.local.state_dir
     for dag_id in (DAG_ID, "dataproc_gpu_batch", BATCH_DAG):
         airflow_live.wait_for_dag(dag_id)
-    # The schema: a config_file with a '..' segment, a batch folder with one, or with a format character
+    # The schema: a configuration file, the site's own or another team's (the form's field offers the DAG's alone);
+    # a cost knob beyond the site's limits (none set: no raise) or a GPU type outside them; a batch folder with a
+    # '..' segment, or with a format character. A 400, and no run exists.
+    runs_before = {dag_id: runs_of(airflow_live, dag_id) for dag_id in (DAG_ID, BATCH_DAG)}
     for dag_id, conf in ((DAG_ID, {"config_file": "configs/../../../etc/passwd.yaml"}),
+                         (DAG_ID, {"config_file": rollout_site_file(rollout_model)}),  # another site's file
+                         (DAG_ID, {"worker__max_num_workers": 1000, "gpu__count": 8}),
+                         (DAG_ID, {"gpu__type": "nvidia-h100-80gb"}),
+                         (DAG_ID, {"deployment__mode": "persistent"}),  # the local site allows no lasting one
                          (BATCH_DAG, {"batch__output": "/tmp/gpuflow/../../home/"}),
                          (BATCH_DAG, {"batch__output": f"{state}/answers\u202e/"})):
         answer = airflow_live.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
                                   user=TRIGGER_USER)
         assert answer.status_code == 400, answer.text
+    assert {dag_id: runs_of(airflow_live, dag_id) for dag_id in runs_before} == runs_before
     # What no schema says: code (a key, a section), identity (a key holding '='), paths (outside the state folder, a
-    # glob into gpuflow's own folder), cost, format characters
-    site = local_site_file()
+    # glob into gpuflow's own folder), format characters
     hostile = [
         ("dataproc_gpu_batch", {"dataproc__main_python_file": str(script)}),
         ("dataproc_gpu_batch", {"dataproc": {"main_python_file": timeit.__file__,
                                              "args": ["-n1", f"open({str(marker)!r}, 'w').write('ran')"]}}),
-        (DAG_ID, {"config_file": site, "gcp_conn_id": "another_teams_admin"}),
-        (DAG_ID, {"config_file": site, "gcp_conn_id=another_teams_conn #": None, "project=another-project #": None}),
-        (BATCH_DAG, {"config_file": site, "batch__output": f"{team}/"}),
-        (BATCH_DAG, {"config_file": site, "batch__input": f"{state}/gpuflo[w]/deployments/**"}),
-        (DAG_ID, {"config_file": site, "worker__max_num_workers": 1000, "gpu__count": 8}),
-        (DAG_ID, {"config_file": site, "model__name": "gpuflow-demo\u200b"}),  # no schema pattern: preflight's
+        (DAG_ID, {"gcp_conn_id": "another_teams_admin"}),
+        (DAG_ID, {"gcp_conn_id=another_teams_conn #": None, "project=another-project #": None}),
+        (BATCH_DAG, {"batch__output": f"{team}/"}),
+        (BATCH_DAG, {"batch__input": f"{state}/gpuflo[w]/deployments/**"}),
+        (DAG_ID, {"model__name": "gpuflow-demo\u200b"}),  # no schema pattern: preflight's
     ]
     runs = []
     for dag_id, conf in hostile:
@@ -328,7 +357,7 @@ def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_creat
         assert answer.status_code == 200, answer.text
         runs.append((dag_id, answer.json()["dag_run_id"]))
     refusals = ("only the configuration file sets it", "absolute path under local.state_dir", "does not declare",
-                "would raise this run's cost", "format character", "wildcard", "not among the models")
+                "format character", "wildcard", "not among the models")
     for dag_id, run_id in runs:
         run = airflow_live.wait_for_run(dag_id, run_id, timeout_s=300)
         states = {ti["task_id"]: ti["state"] for ti in airflow_live.api(
@@ -415,7 +444,7 @@ def frame_from_top(page, element, path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_trigger_form_in_a_browser_starts_a_deployment_that_rolls_out_new_weights(airflow_live, local_config,
-                                                                                      tmp_path):
+                                                                                      rollout_model):
     """Headless Debian chromium, driven by Playwright (no browser download): log in, open the trigger form,
     check the labels and values a person reads, unfold a section, trigger a lasting deployment, and keep pictures
     of the form as it opens, of an unfolded section and of the finished run's grid. The run loses its triggerer
@@ -423,29 +452,26 @@ def test_the_trigger_form_in_a_browser_starts_a_deployment_that_rolls_out_new_we
     weights through a run of the same conf whose triggerer is killed mid smoke test
     (``rolls_out_new_weights_through_a_killed_triggerer``), and the teardown removes it. (One deployment serves
     both: two runs of about 75 s each were one.)"""
-    from gpuflow.platform.demo_model import write_demo_model
-    from gpuflow.runs.trigger_form import dag_params
-    from tests.helpers import dag_forms
+    from gpuflow.runs.trigger_form import dag_form, dag_params
+    from gpuflow.site_dags import site_dag
 
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: `make browser` (or .ci/run) installs it"
     ARTIFACTS.mkdir(exist_ok=True)
     started = time.time()
-    airflow_live.wait_for_dag(DAG_ID)
-    params = dag_params(dag_forms()[DAG_ID])
-    model_dir = write_demo_model(tmp_path / "model", seed=0)
+    airflow_live.wait_for_dag(ROLLOUT_DAG)
+    # This test's emulators, state folder and model are in its site's file, which its DAGs read: the form shows
+    # the file, and the model's field the model that file serves.
+    model_dir = rollout_model
     config_file = rollout_site_file(model_dir)
-
-    # This test's emulators, state folder and model are in the site's file: the form names it (a run may pick a
-    # file there), and the model's field names the model that file serves.
-    local_fields = {"config_file": config_file}
+    params = dag_params(dag_form(site_dag(config_file, "llm_streaming_inference")))  # each field's Param
     try:
-        conf = deploys_through_the_form(airflow_live, params, local_fields, model_dir, started)
+        conf = deploys_through_the_form(airflow_live, params, config_file, model_dir, started)
         rolls_out_new_weights_through_a_killed_triggerer(airflow_live, config_file, conf, model_dir)
     finally:
         tears_the_deployment_down(airflow_live, config_file)
 
 
-def deploys_through_the_form(airflow_live, params: dict, local_fields: dict, model_dir: Path,
+def deploys_through_the_form(airflow_live, params: dict, config_file: str, model_dir: Path,
                              started: float) -> dict:
     """The browser's part: the deployment's first run, triggered from the form. Its conf."""
     from playwright.sync_api import sync_playwright
@@ -460,7 +486,7 @@ def deploys_through_the_form(airflow_live, params: dict, local_fields: dict, mod
             page.get_by_role("button", name="Sign in").click()
             page.wait_for_url(f"{airflow_live.url}/", timeout=60_000)
 
-            page.goto(f"{airflow_live.url}/dags/{DAG_ID}")
+            page.goto(f"{airflow_live.url}/dags/{ROLLOUT_DAG}")
             page.get_by_role("button", name="Trigger").first.click()
             dialog = page.get_by_role("dialog")
             dialog.get_by_text("Run Parameters").wait_for()
@@ -480,14 +506,15 @@ def deploys_through_the_form(airflow_live, params: dict, local_fields: dict, mod
                 return dialog.locator(f"[data-scope=field][data-part=root][role=group]:has({anchors})").first
 
             # The per-run fields show a person's label, the config key in their help, and the value the run uses.
-            shown = {"deployment__mode": "ephemeral", "model__name": "gpuflow-demo", "model__max_new_tokens": "16",
+            shown = {"deployment__mode": "ephemeral", "model__name": str(model_dir), "model__max_new_tokens": "16",
                      "gpu__type": "nvidia-l4", "gpu__machine_type": "g2-standard-4"}
             for key, value in shown.items():
                 assert field(key).locator("label").inner_text().strip().rstrip("*").strip() == params[key].schema["title"]
                 assert field(key).locator("[data-part=helper-text]").inner_text().strip() == params[key].description
-                if key != "deployment__mode":
+                if "enum" in params[key].schema:  # a choice (the site's limits make the GPU and machine types one)
+                    assert value in choice(key).inner_text(), key
+                else:
                     assert control(key).input_value() == value, key
-            assert "ephemeral" in choice("deployment__mode").inner_text()
             # The sections start folded: their fields are not shown until a person opens them.
             assert not control("smoke_test__num_prompts").is_visible()
             frame_from_top(page, dialog, DOCS / "trigger-form.png")
@@ -497,7 +524,6 @@ def deploys_through_the_form(airflow_live, params: dict, local_fields: dict, mod
             assert sorted(offered) == ["ephemeral", "persistent"], offered
             page.get_by_role("option", name="persistent", exact=True).click()  # a lasting deployment
             control("deployment__name").fill(ROLLOUT)
-            control("model__name").fill(str(model_dir))
 
             control("model__max_new_tokens").fill("8")
             # One section is open at a time: unfolding one folds "Run Parameters" (its values stay).
@@ -516,31 +542,29 @@ def deploys_through_the_form(airflow_live, params: dict, local_fields: dict, mod
             frame_from_top(page, section.locator("xpath=ancestor::*[@data-part='item'][1]"),
                            DOCS / "trigger-form-section.png")
             prompts.fill("4")
-            # The site's file, named below, waits 240 s for answers: a field above the named file's value is a raise
-            # its limits do not allow (gpuflow.runs.run_policy), so the form asks for no more than that file.
-            control("smoke_test__timeout_s").fill("240")
-
+            # The site's file waits 240 s for answers: the field's bound, since its limits allow no raise.
+            assert params["smoke_test__timeout_s"].schema["maximum"] == 240
+            # The configuration file's field shows the site's file, its only choice: the run cannot name another.
             dialog.get_by_role("button", name="Configuration file", exact=True).click()
-            for key, value in local_fields.items():
-                typed = control(key)
-                typed.wait_for()
-                typed.fill(value)
-            runs_before = {r["dag_run_id"] for r in airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns").json()["dag_runs"]}
+            shown_file = choice("config_file")
+            shown_file.wait_for()
+            assert config_file in shown_file.inner_text()
+            runs_before = runs_of(airflow_live, ROLLOUT_DAG)
             dialog.get_by_role("button", name="Trigger").click()
 
-            run_id = airflow_live.wait_for_new_run(DAG_ID, runs_before)
-            loses_its_triggerer_twice_and_answers_every_prompt_once(airflow_live, run_id)
-            run = airflow_live.wait_for_run(DAG_ID, run_id, timeout_s=900)
+            run_id = airflow_live.wait_for_new_run(ROLLOUT_DAG, runs_before)
+            loses_its_triggerer_twice_and_answers_every_prompt_once(airflow_live, ROLLOUT_DAG, run_id)
+            run = airflow_live.wait_for_run(ROLLOUT_DAG, run_id, timeout_s=900)
             assert run["state"] == "success", airflow_live.log_tail("scheduler")
             # The form's values reached the run, and the run used them.
-            assert {key: run["conf"][key] for key in local_fields} == local_fields
+            assert run["conf"].get("config_file", config_file) == config_file
             assert (run["conf"]["model__max_new_tokens"], run["conf"]["smoke_test__num_prompts"]) == (8, 4)
             assert (run["conf"]["deployment__mode"], run["conf"]["deployment__name"]) == ("persistent", ROLLOUT)
             assert run["conf"]["model__name"] == str(model_dir)
-            smoke = airflow_live.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
+            smoke = airflow_live.api("GET", f"/dags/{ROLLOUT_DAG}/dagRuns/{run_id}/taskInstances/smoke_test/xcomEntries/"
                                             "return_value", params={"deserialize": True}).json()["value"]
             assert smoke["sent"] == 4
-            page.goto(f"{airflow_live.url}/dags/{DAG_ID}/runs/{run_id}")
+            page.goto(f"{airflow_live.url}/dags/{ROLLOUT_DAG}/runs/{run_id}")
             page.get_by_text("smoke_test").first.wait_for()
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ARTIFACTS / "finished-run-grid.png"), full_page=True)
@@ -554,7 +578,7 @@ def deploys_through_the_form(airflow_live, params: dict, local_fields: dict, mod
     return run["conf"]
 
 
-BATCH_DAG = "llm_batch_inference"
+BATCH_DAG = f"{LOCAL_SITE}__llm_batch_inference"
 
 
 @pytest.mark.slow
@@ -569,11 +593,9 @@ def test_backfills_of_overlapping_batch_runs_succeed_at_first_try_while_deferred
     import json
     import tempfile
 
-    from tests.helpers import local_site_file
-
     # Under local.state_dir: the only local folders a run's conf may point batch.* at (gpuflow.runs.run_policy).
     tmp_path = Path(tempfile.mkdtemp(prefix="backfill-", dir=local_config.local.state_dir))
-    conf = {"config_file": local_site_file(), "model__max_new_tokens": 4,
+    conf = {"model__max_new_tokens": 4,
             "batch__input": f"{tmp_path}/prompts/{{ds}}/*.jsonl", "batch__output": f"{tmp_path}/answers/{{ds}}/",
             "batch__dead_letter_output": f"{tmp_path}/dead_letters/{{ds}}/", "batch__input_wait_s": 0}
     # Two runs at once, as parallelism allows. (A second backfill proved nothing more, for 2 minutes of CI: the

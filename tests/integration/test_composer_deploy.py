@@ -7,7 +7,6 @@ import pytest
 from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
 from gpuflow.composer.contents import MANIFEST, deploy_files
-from gpuflow.paths import SITE_CONFIG
 from gpuflow.tools.deploy_composer import ComposerDeployment, ComposerTarget, DeployFailed, DeployRefused
 from tests.gcp_fakes.composer import FakeComposer
 from tests.helpers import GCP_TEST_PROJECT, ROOT, dag_bag
@@ -125,16 +124,28 @@ def test_an_image_below_the_floor_is_refused_before_anything_changes(composer):
     assert composer.pypi_packages["openai"] == "==1.99.0"
 
 
-def test_the_teams_configuration_becomes_the_default_and_a_redeploy_keeps_it(composer, tmp_path):
-    mine = tmp_path / "acme.yaml"
-    mine.write_text((ROOT / "configs" / "gcp.example.yaml").read_text().replace("my-gcp-project", "acme-ml-prod"))
-    deploy(config=mine)
+def test_each_teams_configuration_becomes_a_site_with_its_dags_and_a_redeploy_keeps_them(composer, tmp_path):
+    from gpuflow.sites import site_dag_file_text
+
     gcs = GCSHook(gcp_conn_id="google_cloud_default")
-    assert "acme-ml-prod" in gcs.download(composer.bucket, f"data/{SITE_CONFIG}").decode()
-    deploy()  # no --config: the team's file stays
-    assert "acme-ml-prod" in gcs.download(composer.bucket, f"data/{SITE_CONFIG}").decode()
+    for team in ("acme", "beta"):
+        mine = tmp_path / f"{team}.yaml"
+        mine.write_text((ROOT / "configs" / "gcp.example.yaml").read_text().replace("my-gcp-project",
+                                                                                     f"{team}-ml-prod"))
+        summary, said = deploy(config=mine)
+        assert summary["config"] == {"config": f"data/site/{team}.yaml", "dag_file": f"dags/{team}/gpuflow_site.py"}
+        assert f"site {team}" in said
+    deploy()  # no --config: the teams' sites stay
+    for team in ("acme", "beta"):
+        assert f"{team}-ml-prod" in gcs.download(composer.bucket, f"data/site/{team}.yaml").decode()
+        assert gcs.download(composer.bucket, f"dags/{team}/gpuflow_site.py").decode() == site_dag_file_text(
+            f"site/{team}.yaml")
     with pytest.raises(DeployRefused, match="profile: gcp"):
         deploy(config=ROOT / "configs" / "local.yaml")
+    bad_name = tmp_path / "Team A.yaml"
+    bad_name.write_text((tmp_path / "acme.yaml").read_text())
+    with pytest.raises(DeployRefused, match="cannot name a site.*Fix: rename the file"):
+        deploy(config=bad_name)
 
 
 def test_on_composer_preflight_fails_at_once_without_the_pool_and_the_deploy_it_names_clears_it(

@@ -11,7 +11,7 @@ from gpuflow.configuration.loading import load_config
 from gpuflow.runs.batch_templates import fill_batch_paths
 from gpuflow.runs.naming import run_prefix
 from tests.gcp_fakes import BATCH_SUCCEEDS, ZONE_EXHAUSTED, FakeDataflow, FakeGoogleCloud, FakeVertex, FakeWorkers
-from tests.helpers import GCP_TEST_PROJECT, dag_bag, site_config
+from tests.helpers import GCP_TEST_PROJECT, run_dag, site_config
 
 DAG_ID = "llm_batch_inference"
 BUCKET = "gpuflow-gcp-batch-bucket"
@@ -43,13 +43,13 @@ def test_a_batch_date_on_gcp_falls_back_from_an_exhausted_zone_and_publishes(air
     from tests.task_trace import TaskFileTrace
 
     trace = TaskFileTrace().install(monkeypatch)
-    run = dag_bag().dags[DAG_ID].test(logical_date=DAY, run_conf=CONF)
+    run = run_dag(DAG_ID, CONF, logical_date=DAY)
 
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert run.state == DagRunState.SUCCESS, states
     assert trace.unnamed(DAG_ID) == {}  # docs/architecture.md's rows name what each task ran (the fallback too)
     assert set(states.values()) == {TaskInstanceState.SUCCESS}
-    prefix = run_prefix(DAG_ID, run.run_id)
+    prefix = run_prefix(run.dag_id, run.run_id)
     launches = cloud.dataflow.calls("launch_template")
     assert [(r.location, r.launch_parameters.job_name) for r in launches] == [
         ("us-central1", f"{prefix}-gpu-check-us-central1-l4"),

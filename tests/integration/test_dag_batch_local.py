@@ -17,11 +17,10 @@ MAX_NEW_TOKENS = 8
 DATES = [pendulum.datetime(2026, 3, day, tz="UTC") for day in (1, 2, 3)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dag(airflow_db):
-    from tests.helpers import dag_bag
-
-    return dag_bag().dags[DAG_ID]
+    """The test's runs: each of the DAG of its conf's site file (``tests.helpers.run_dag``)."""
+    return DAG_ID
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +92,9 @@ def task_states(run):
 
 
 def run_for(dag, date, conf):
-    return dag.test(logical_date=date, run_conf=conf)
+    from tests.helpers import run_dag
+
+    return run_dag(dag, conf, logical_date=date)
 
 
 def answer_events(run_id: str) -> list[dict]:
@@ -121,7 +122,7 @@ def assert_answers_match_generate(answers, prompts_by_id, reference_generate):
 def no_leftovers(local_config, folders, run):
     from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
 
-    names = resource_names(local_config, run_prefix(DAG_ID, run.run_id))
+    names = resource_names(local_config, run_prefix(run.dag_id, run.run_id))
     with emulator_environment(local_config):
         assert list_run_resources(local_config, names, LOCAL_CONN_ID) == {"topics": [], "subscriptions": [],
                                                                           "buckets": []}
@@ -241,6 +242,6 @@ def test_a_decoder_only_model_answers_a_date(dag, local_config, emulators, folde
     assert dead_letters == [] and summary["answered"] == len(prompts)
     assert sorted(a["id"] for a in answers) == sorted(prompts)
     for answer in answers:
-        assert answer["model"] == f"gpuflow-demo-causal@{run_prefix(DAG_ID, run.run_id)}"
+        assert answer["model"] == f"gpuflow-demo-causal@{run_prefix(run.dag_id, run.run_id)}"
         assert answer["response"] == reference_generate_causal(answer["prompt"], MAX_NEW_TOKENS), answer["id"]
     no_leftovers(local_config, folders, run)

@@ -15,10 +15,10 @@ DAG_ID = "dataproc_gpu_batch"
 BUCKET = "gpuflow-dataproc-test"
 
 
-def dataproc_dag():
-    from tests.helpers import dag_bag
+def dataproc_dag(config_file):
+    from tests.helpers import site_dag
 
-    return dag_bag().dags[DAG_ID]
+    return site_dag(config_file, DAG_ID)
 
 
 def states(run):
@@ -36,7 +36,7 @@ def test_local_profile_runs_the_real_pyspark_job(airflow_db):
     # The job's arguments are the site's: a run's conf may not pass arguments to code (gpuflow.runs.run_policy).
     config_file = site_config("dataproc-local.yaml", "configs/dataproc.example.yaml",
                               **{"profile": "local", "dataproc.args": ["--rows", "200000"]})
-    run = dataproc_dag().test(run_conf={"config_file": config_file})
+    run = dataproc_dag(config_file).test()
     assert run.state == DagRunState.SUCCESS, states(run)
     result = batch_result(run)
     assert result["joined_rows"] == 200000
@@ -130,21 +130,23 @@ def test_gcp_profile_submits_waits_returns_the_gpu_count_and_deletes(airflow_db,
     """Deferred or waiting in its worker slot (``[operators] default_deferrable``), the same request and result."""
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", str(deferrable))
     fake = gcp_dataproc(dataproc_v1.Batch.State.SUCCEEDED)
-    dag = dataproc_dag()
+    dag = dataproc_dag(gcp_conf()["config_file"])
     assert dag.task_dict["batch"].deferrable is deferrable
-    run = dag.test(run_conf=gcp_conf())
+    run = dag.test()
     assert run.state == DagRunState.SUCCESS, states(run)
     assert batch_result(run)["accelerator_count"] == 2
     (request,) = fake.created
-    batch_id = batch_id_for(run_prefix(DAG_ID, run.run_id))
+    batch_id = batch_id_for(run_prefix(run.dag_id, run.run_id))
     assert request["batch_id"] == batch_id and request["parent"] == "projects/gpuflow-dataproc-test/regions/us-central1"
     properties = dict(request["batch"].runtime_config.properties)
     assert properties["spark.dataproc.executor.resource.accelerator.type"] == "l4"
     assert request["batch"].pyspark_batch.main_python_file_uri.startswith(f"gs://{BUCKET}/gpuflow/")
     # the janitor's proof, beside the provider's own labels
-    assert dict(request["batch"].labels) == {"gpuflow-run": run_prefix(DAG_ID, run.run_id),
-                                             "airflow-dag-id": "dataproc-gpu-batch", "airflow-task-id": "batch",
-                                             "airflow-dag-display-name": "dataproc-gpu-batch"}
+    assert dict(request["batch"].labels) == {"gpuflow-run": run_prefix(run.dag_id, run.run_id),
+                                             # the site's DAG id, as the provider writes it into a label
+                                             "airflow-dag-id": "dataproc-gcp--dataproc-gpu-batch",
+                                             "airflow-task-id": "batch",
+                                             "airflow-dag-display-name": "dataproc-gcp--dataproc-gpu-batch"}
     assert fake.deleted == [f"projects/gpuflow-dataproc-test/locations/us-central1/batches/{batch_id}"]
     (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "batch"]
     # the provider's DataprocBatchLink, as Airflow stores it once the task ends: its URL
@@ -180,7 +182,7 @@ def test_a_retry_finds_the_runs_batch_and_waits_for_it(airflow_db, gcp_dataproc)
 def test_gcp_failure_still_cleans_up_and_the_run_fails(airflow_db, gcp_dataproc):
     fake = gcp_dataproc(dataproc_v1.Batch.State.FAILED,
                         "Constraint constraints/compute.requireShieldedVm violated for project gpuflow-dataproc-test.")
-    run = dataproc_dag().test(run_conf=gcp_conf())
+    run = dataproc_dag(gcp_conf()["config_file"]).test()
     assert run.state == DagRunState.FAILED
     assert states(run)["batch"] == TaskInstanceState.FAILED
     assert states(run)["cleanup"] == TaskInstanceState.SUCCESS

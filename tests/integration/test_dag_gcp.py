@@ -27,7 +27,7 @@ from tests.gcp_fakes import (
     FakeVertex,
     FakeWorkers,
 )
-from tests.helpers import GCP_TEST_PROJECT, dag_bag, site_config
+from tests.helpers import GCP_TEST_PROJECT, run_dag, site_config
 
 DAG_ID = "llm_streaming_inference"
 PROJECT = GCP_TEST_PROJECT
@@ -56,13 +56,6 @@ DIRECT_CONF = {"config_file": site_config("gcp-direct.yaml", "configs/gcp.exampl
 
 
 @pytest.fixture
-def dag(airflow_db):
-    """A fresh DAG per test: dag.test() keeps a run's conf in the DAG's Params, so a mode would leak on."""
-
-    return dag_bag().dags[DAG_ID]
-
-
-@pytest.fixture
 def cloud(gcp_env, monkeypatch, tmp_path, demo_model_dir):
     config = load_config(CONF["config_file"], CONF)
     assert config.project == GCP_TEST_PROJECT
@@ -79,7 +72,7 @@ def task_states(run):
 
 def leftovers(run):
     config = load_config(CONF["config_file"], CONF)
-    names = resource_names(config, run_prefix(DAG_ID, run.run_id))
+    names = resource_names(config, run_prefix(run.dag_id, run.run_id))
     found = list_run_resources(config, names, config.gcp_conn_id)
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
@@ -102,13 +95,12 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(airflow_db
     from tests.task_trace import TaskFileTrace
 
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", str(deferrable))
-    dag = dag_bag().dags[DAG_ID]
     deferred = []
     defer = JobWaitingOperator.defer
     monkeypatch.setattr(JobWaitingOperator, "defer", lambda self, **kwargs: (deferred.append(self.task_id),
                                                                              defer(self, **kwargs)))
     trace = TaskFileTrace().install(monkeypatch)
-    run = dag.test(run_conf=CONF)
+    run = run_dag(DAG_ID, CONF)
     assert run.state == DagRunState.SUCCESS, task_states(run)
     # Each job wait deferred (the tests' worker hold is 0: gpuflow.triggers.settle), or none did.
     assert sorted(set(deferred)) == (["build_container", "cleanup", "export_model", "launch", "smoke_test",
@@ -123,7 +115,7 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(airflow_db
             "GoogleBaseHook"} <= {hook for hook, _, _ in hooks}
     assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
     assert {ti.task_id: ti.try_number for ti in run.get_task_instances() if ti.try_number != 1} == {}  # no retry
-    prefix = run_prefix(DAG_ID, run.run_id)
+    prefix = run_prefix(run.dag_id, run.run_id)
 
     # Preflight asked Compute Engine which zones offer the GPU; the quota of the run's region and the
     # project-wide GPU quota were read before anything was created, and again right before the launch.
@@ -185,9 +177,9 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(airflow_db
     assert f"gpuflow-run-{prefix}" in build.build.tags
 
 
-def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(dag, cloud):
+def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(airflow_db, cloud):
     cloud.dataflow.scripts = [BATCH_SUCCEEDS, LAUNCH_FAILS]  # the GPU check succeeds, the streaming job fails
-    run = dag.test(run_conf=CONF)
+    run = run_dag(DAG_ID, CONF)
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert states["launch"] == TaskInstanceState.FAILED
@@ -196,13 +188,13 @@ def test_a_failure_in_launch_cancels_the_job_and_deletes_everything(dag, cloud):
     assert leftovers(run) == NOTHING_LEFT
 
 
-def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(dag, cloud):
+def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(airflow_db, cloud):
     cloud.dataflow.scripts = [BATCH_SUCCEEDS, ZONE_EXHAUSTED, STREAMING_STARTS]
     conf = {**DIRECT_CONF, "config_file": site_config("gcp-fallback.yaml", DIRECT_CONF["config_file"],
                                                **{"gpu.fallbacks": [{"region": "us-east4"}]})}
-    run = dag.test(run_conf=conf)
+    run = run_dag(DAG_ID, conf)
     assert run.state == DagRunState.SUCCESS, task_states(run)
-    prefix = run_prefix(DAG_ID, run.run_id)
+    prefix = run_prefix(run.dag_id, run.run_id)
     launches = cloud.dataflow.calls("launch_template")
     assert [(r.location, r.launch_parameters.job_name) for r in launches[1:]] == [
         ("us-central1", f"{prefix}-llm-inference-us-central1-l4"),
@@ -215,7 +207,7 @@ def test_an_exhausted_zone_falls_back_to_the_next_region_and_succeeds(dag, cloud
     assert handle["location"] == "us-east4"
 
 
-def test_quota_taken_by_another_run_after_the_check_stops_the_launch(dag, cloud):
+def test_quota_taken_by_another_run_after_the_check_stops_the_launch(airflow_db, cloud):
     """Another run's workers took the region's L4s between check_quota and launch: the launch's own check refuses."""
     regions = cloud.regions
 
@@ -228,18 +220,18 @@ def test_quota_taken_by_another_run_after_the_check_stops_the_launch(dag, cloud)
             return regions.get(request)
 
     cloud.regions = TakenAfterTheCheck()
-    run = dag.test(run_conf={**DIRECT_CONF, "worker__max_num_workers": 4})
+    run = run_dag(DAG_ID, {**DIRECT_CONF, "worker__max_num_workers": 4})
     states = task_states(run)
     assert (states["check_quota"], states["launch"], states["cleanup"]) == (
         TaskInstanceState.SUCCESS, TaskInstanceState.FAILED, TaskInstanceState.SUCCESS)
     assert [r.launch_parameters.job_name for r in cloud.dataflow.calls("launch_template")] == [
-        f"{run_prefix(DAG_ID, run.run_id)}-gpu-check-us-central1-l4"]  # the streaming job never started
+        f"{run_prefix(run.dag_id, run.run_id)}-gpu-check-us-central1-l4"]  # the streaming job never started
     assert leftovers(run) == NOTHING_LEFT
 
 
-def test_too_little_quota_fails_before_anything_is_created(dag, cloud):
+def test_too_little_quota_fails_before_anything_is_created(airflow_db, cloud):
     cloud.regions = FakeRegionsClient({"us-central1": [("NVIDIA_L4_GPUS", 4, 4)]})
-    run = dag.test(run_conf=CONF)
+    run = run_dag(DAG_ID, CONF)
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert states["check_quota"] == TaskInstanceState.FAILED
@@ -247,9 +239,9 @@ def test_too_little_quota_fails_before_anything_is_created(dag, cloud):
     assert cloud.vertex.requests == [] and cloud.dataflow.requests == []
 
 
-def test_a_missing_permission_fails_preflight_and_nothing_is_created(dag, cloud, create_calls):
+def test_a_missing_permission_fails_preflight_and_nothing_is_created(airflow_db, cloud, create_calls):
     cloud.access.denied = {"dataflow.jobs.create", "cloudbuild.builds.create"}
-    run = dag.test(run_conf=CONF)
+    run = run_dag(DAG_ID, CONF)
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert states["preflight"] == TaskInstanceState.FAILED
@@ -285,9 +277,9 @@ MODES = {
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(dag, cloud, mode):
+def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(airflow_db, cloud, mode):
     extra, service_options, single_process = MODES[mode]
-    run = dag.test(run_conf={**DIRECT_CONF, **extra})
+    run = run_dag(DAG_ID, {**DIRECT_CONF, **extra})
     assert run.state == DagRunState.SUCCESS, task_states(run)
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
@@ -307,11 +299,11 @@ def test_each_direct_mode_runs_the_dag_and_sends_what_it_should(dag, cloud, mode
         assert pool["machineType"] == "n2-highmem-2"
         smoke = {t.task_id: t for t in run.get_task_instances()}["smoke_test"].xcom_pull(task_ids="smoke_test")
         assert smoke["answered"] == 4 and smoke["gpu_usage"]["source"] == "none"
-    assert not gcs.list(BUCKET, prefix=f"gpuflow/{run_prefix(DAG_ID, run.run_id)}/")
+    assert not gcs.list(BUCKET, prefix=f"gpuflow/{run_prefix(run.dag_id, run.run_id)}/")
 
 
-def test_flex_template_mode_with_mps_runs_the_dag_without_staging_in_airflow(dag, cloud):
-    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template", "gpu__sharing": "mps",
+def test_flex_template_mode_with_mps_runs_the_dag_without_staging_in_airflow(airflow_db, cloud):
+    run = run_dag(DAG_ID, {**CONF, "launch__mode": "flex_template", "gpu__sharing": "mps",
                              "gpu__machine_type": "g2-standard-8"})
     assert run.state == DagRunState.SUCCESS, task_states(run)
     launches = cloud.dataflow.calls("launch_flex_template")
@@ -322,11 +314,11 @@ def test_flex_template_mode_with_mps_runs_the_dag_without_staging_in_airflow(dag
     assert smoke["gpu_usage"]["max_utilization"] == 0.63  # read back from (fake) Cloud Monitoring
 
 
-def test_a_job_whose_gpus_stay_idle_fails_the_smoke_test_and_is_cleaned_up(dag, cloud):
+def test_a_job_whose_gpus_stay_idle_fails_the_smoke_test_and_is_cleaned_up(airflow_db, cloud):
     from tests.gcp_fakes import FakeMonitoring
 
     cloud.metrics = FakeMonitoring(utilization=0, memory=0)
-    run = dag.test(run_conf={**CONF, "launch__mode": "flex_template"})
+    run = run_dag(DAG_ID, {**CONF, "launch__mode": "flex_template"})
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert (states["launch"], states["smoke_test"], states["cleanup"]) == (

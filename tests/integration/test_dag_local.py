@@ -9,17 +9,16 @@ from gpuflow.steps.resources import list_run_resources
 DAG_ID = "llm_streaming_inference"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dag(airflow_db):
-    from tests.helpers import dag_bag
+    """The DAG of the test's local site (its emulators' ports, its state folder)."""
+    from tests.helpers import local_site_file, site_dag
 
-    return dag_bag().dags[DAG_ID]
+    return site_dag(local_site_file(), DAG_ID)
 
 
 def run_conf(local_config, **extra):
-    from tests.helpers import local_site_file
-
-    return {"config_file": local_site_file(), "model__max_new_tokens": 8, **extra}
+    return {"model__max_new_tokens": 8, **extra}
 
 
 def task_states(run):
@@ -29,7 +28,7 @@ def task_states(run):
 def leftovers(local_config, run):
     from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
 
-    names = resource_names(local_config, run_prefix(DAG_ID, run.run_id))
+    names = resource_names(local_config, run_prefix(run.dag_id, run.run_id))
     with emulator_environment(local_config):
         return list_run_resources(local_config, names, LOCAL_CONN_ID)
 
@@ -56,20 +55,20 @@ def test_two_runs_in_a_row_both_succeed_and_leave_nothing(dag, local_config, emu
         run = dag.test(run_conf=run_conf(local_config))
         # Nothing gpuflow makes goes unlabelled: the bucket, topics, subscriptions and the processes it starts.
         assert {kind for kind, _, _ in create_calls} == {"bucket", "topic", "subscription", "process"}
-        assert_all_labelled(create_calls, resource_names(local_config, run_prefix(DAG_ID, run.run_id)))
+        assert_all_labelled(create_calls, resource_names(local_config, run_prefix(run.dag_id, run.run_id)))
         assert run.state == DagRunState.SUCCESS, task_states(run)
         assert set(task_states(run).values()) == {TaskInstanceState.SUCCESS}
         assert leftovers(local_config, run) == {"topics": [], "subscriptions": [], "buckets": []}
-        names = resource_names(local_config, run_prefix(DAG_ID, run.run_id))
+        names = resource_names(local_config, run_prefix(run.dag_id, run.run_id))
         assert state_dict_events(run.run_id) == [{"state_dict_uri": names.state_dict_uri, "model": "gpuflow-demo",
                                                   "model_dir_uri": names.model_dir_uri, "kept": False}]
 
 
-def test_a_failure_in_launch_still_runs_cleanup_and_the_run_fails(dag, local_config, emulators):
-    from tests.helpers import local_site_file, site_config
+def test_a_failure_in_launch_still_runs_cleanup_and_the_run_fails(airflow_db, local_config, emulators):
+    from tests.helpers import local_site_file, site_config, site_dag
 
     too_short = site_config("launch-too-short.yaml", local_site_file(), **{"local.pipeline_start_timeout_s": 0.001})
-    run = dag.test(run_conf=run_conf(local_config, config_file=too_short))
+    run = site_dag(too_short, DAG_ID).test(run_conf=run_conf(local_config))
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert states["launch"] == TaskInstanceState.FAILED
@@ -79,9 +78,13 @@ def test_a_failure_in_launch_still_runs_cleanup_and_the_run_fails(dag, local_con
 
 
 @pytest.mark.parametrize("bad", [{"worker__disk_size_gb": 20},
-                                 {"smoke_test__timeout_s": 7200}])  # beyond the smoke_test task's execution_timeout
-def test_a_bad_configuration_fails_in_preflight_before_anything_exists(dag, local_config, emulators, bad):
-    run = dag.test(run_conf=run_conf(local_config, **bad))
+                                 # beyond the smoke_test task's execution_timeout, which the site's file allows
+                                 {"smoke_test__timeout_s": 7200}])
+def test_a_bad_configuration_fails_in_preflight_before_anything_exists(airflow_db, local_config, emulators, bad):
+    from tests.helpers import local_site_file, site_config, site_dag
+
+    hours = site_config("long-waits.yaml", local_site_file(), **{"limits.max_job_hours": 3})
+    run = site_dag(hours, DAG_ID).test(run_conf=run_conf(local_config, **bad))
     states = task_states(run)
     assert run.state == DagRunState.FAILED
     assert states["preflight"] == TaskInstanceState.FAILED

@@ -36,12 +36,21 @@ EVAL_SET = f"gs://{BUCKET}/eval/demo.jsonl"
 MAX_LATENCY_RATIO = 1.5
 
 
-@pytest.fixture(scope="module")
-def dags(airflow_db):
-    from tests.helpers import dag_bag
+class SiteRuns:
+    """A run of one of gpuflow's DAGs of the site whose file the conf names (``tests.helpers.run_dag``)."""
 
-    bag = dag_bag()
-    return bag.dags["llm_streaming_inference"], bag.dags["llm_streaming_teardown"], bag.dags["gpuflow_janitor"]
+    def __init__(self, dag_name: str):
+        self.dag_name = dag_name
+
+    def test(self, run_conf: dict):
+        from tests.helpers import run_dag
+
+        return run_dag(self.dag_name, run_conf)
+
+
+@pytest.fixture
+def dags(airflow_db):
+    return SiteRuns("llm_streaming_inference"), SiteRuns("llm_streaming_teardown"), SiteRuns("gpuflow_janitor")
 
 
 def conf(local_config, model_dir: Path, latency_ratio: float = MAX_LATENCY_RATIO, **extra) -> dict:
@@ -153,19 +162,22 @@ def kill_a_run_mid_launch(local_config, state_dir: Path) -> str:
     """Run llm_streaming_inference in a process of its own, and SIGKILL it once its pipeline process has started
     (the launch task waits for it to run): what a worker that died mid-launch leaves. Returns the run's prefix."""
     before = set(state_dir.glob("*-pipeline.pid"))
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import json, sys
-        try:
-            from airflow.dag_processing.dagbag import DagBag
-        except ImportError:  # Airflow 3.1 (make test-composer LINE=3.1.8)
-            from airflow.models.dagbag import DagBag
-        dag = DagBag({str(Path(__file__).resolve().parents[2] / "dags")!r}).dags["llm_streaming_inference"]
-        dag.test(run_conf=json.loads(sys.argv[1]))
+        from gpuflow.site_dags import site_dag
+
+        site_dag(sys.argv[2], "llm_streaming_inference").test(run_conf=json.loads(sys.argv[1]))
     """)
     import json
 
+    from tests.helpers import local_site_file, site_dag
+
+    site_dag(local_site_file(), "llm_streaming_inference")  # its DAG file, which dag.test() parses
+    conf = local_conf(local_config)
+    config_file = conf.pop("config_file")
+
     log = open(state_dir / "killed-run.log", "wb")  # noqa: SIM115 - the run's output, for a failure's reader
-    worker = subprocess.Popen([sys.executable, "-c", script, json.dumps(local_conf(local_config))],
+    worker = subprocess.Popen([sys.executable, "-c", script, json.dumps(conf), config_file],
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 240
     while not (started := set(state_dir.glob("*-pipeline.pid")) - before):
@@ -255,9 +267,11 @@ def record(local_config) -> dict | None:
 
 def version_of(run) -> str:
     from gpuflow.configuration.loading import load_config
+    from gpuflow.paths import site_dir
 
-    config = load_config(run.conf.get("config_file"), run.conf)
-    return resource_names(config, run_prefix("llm_streaming_inference", run.run_id)).model_version
+    site = run.dag_id.split("__")[0]  # the site's file lies in the site folder (tests.helpers.site_config)
+    config = load_config(site_dir() / f"{site}.yaml", run.conf)
+    return resource_names(config, run_prefix(run.dag_id, run.run_id)).model_version
 
 
 def states(run) -> dict:
@@ -309,7 +323,7 @@ def refused_at_the_gate(run, bounds: tuple[str, ...], local_config, serving: str
     assert record(local_config)["model_version"] == serving
     with emulator_environment(local_config):
         page = Records(local_config, LOCAL_CONN_ID).gcs.download(
-            BUCKET, f"gpuflow/deployments/{DEPLOYMENT}/evaluations/{run_prefix('llm_streaming_inference', run.run_id)}.md")
+            BUCKET, f"gpuflow/deployments/{DEPLOYMENT}/evaluations/{run_prefix(run.dag_id, run.run_id)}.md")
     assert b"refuse" in page and decision["candidate"]["version"].encode() in page
 
 
@@ -321,7 +335,7 @@ def the_runs_own_objects_are_gone(local_config, run) -> None:
 
     with emulator_environment(local_config):
         left = GCSHook(gcp_conn_id=LOCAL_CONN_ID).list(
-            BUCKET, prefix=f"gpuflow/{run_prefix('llm_streaming_inference', run.run_id)}/")
+            BUCKET, prefix=f"gpuflow/{run_prefix(run.dag_id, run.run_id)}/")
     assert left == []
 
 
@@ -341,7 +355,7 @@ def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config,
         live_before = list_named(local_config, LOCAL_CONN_ID, deployment_prefix(DEPLOYMENT))
     assert len(left["topics"]) == 3 and len(left["subscriptions"]) == 3 and left["buckets"] == [killed.bucket]
     assert process_alive(pid)
-    assert lease["dag_id"] == "llm_streaming_inference"
+    assert lease["dag_id"] == "local__llm_streaming_inference"
     assert run_prefix(lease["dag_id"], lease["run_id"]) == killed.prefix
     delete_dag_run(lease["run_id"])
 

@@ -18,9 +18,10 @@ TEAM_BUCKET = f"{PROJECT}-gf-0123456789"
 
 @pytest.fixture
 def janitor(airflow_db):
-    from tests.helpers import dag_bag
+    """The janitor of a site file: ``janitor(config_file).test()``."""
+    from tests.helpers import site_dag
 
-    return dag_bag().dags["gpuflow_janitor"]
+    return lambda config_file: site_dag(config_file, "gpuflow_janitor")
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config, 
         killed = resource_names(config, "gf-00000000ff")  # its own bucket, labelled, and its DAG run gone
         create_resources(config, killed, LOCAL_CONN_ID, lease=("llm_streaming_inference", "manual__gone"))
     try:
-        run = janitor.test(run_conf={"config_file": config_file})
+        run = janitor(config_file).test()
         assert run.state == DagRunState.SUCCESS
         result = run.get_task_instance("janitor").xcom_pull(task_ids="janitor")
         assert result["dry_run"] is False
@@ -108,7 +109,7 @@ def test_a_killed_runs_rollout_evaluation_is_stopped_and_its_answers_swept(janit
                                                     LABELS_VARIABLE: json.dumps(killed.labels)})
     (state_dir / f"{stem}.pid").write_text(str(pid))
     try:
-        run = janitor.test(run_conf={"config_file": shared})
+        run = janitor(shared).test()
         assert run.state == DagRunState.SUCCESS
         result = run.get_task_instance("janitor").xcom_pull(task_ids="janitor")
         assert [job["id"] for job in result["jobs"]] == [str(pid)]

@@ -48,49 +48,51 @@ def targets(tmp_path, local_config):
 
 
 
-def hostile_confs(targets) -> list[tuple[str, str, dict]]:
-    """(class, DAG, conf): one or more per class of escalation."""
+def hostile_confs(targets) -> list[tuple[str, str, str | None, dict]]:
+    """(class, DAG, the site file whose DAG runs it (None: the repository's own DAG), conf): one or more per class
+    of escalation."""
     from tests.helpers import local_site_file
 
     site = local_site_file()
     return [
-        ("code", DATAPROC, {"dataproc__main_python_file": str(targets["script"])}),
-        ("code", DATAPROC, {"dataproc__args": ["--rows", "1"], "config_file": site}),
-        ("code", STREAMING, {"config_file": site, "container__image": "docker.io/evil/worker:latest"}),
-        ("code", STREAMING, {"config_file": site, "model__name": str(targets["team"])}),
-        ("identity", STREAMING, {"config_file": site, "gcp_conn_id": "another_teams_admin"}),
-        ("identity", STREAMING, {"config_file": site,
-                                 "impersonation_chain": ["admin@another-team.iam.gserviceaccount.com"]}),
-        ("paths", STREAMING, {"config_file": str(targets["outside"])}),
-        ("paths", STREAMING, {"config_file": "configs/../../../etc/passwd"}),  # the Param's pattern refuses it
-        ("deletion", BATCH, {"config_file": site, "batch__output": f"{targets['team']}/"}),
-        ("deletion", STREAMING, {"config_file": site, "bucket": "another-teams-bucket"}),
-        ("deletion", STREAMING, {"config_file": site, "local__state_dir": str(targets["team"])}),
-        ("names", STREAMING, {"config_file": site, "region": "us central1"}),
-        ("quoting", STREAMING, {"config_file": site, "gpu__zone": "us-central1-a; touch /tmp/owned"}),
-        ("size", BATCH, {"config_file": site, "batch__input": "/tmp/gpuflow/{ds:>999999999}"}),
+        ("code", DATAPROC, None, {"dataproc__main_python_file": str(targets["script"])}),
+        ("code", DATAPROC, None, {"dataproc__args": ["--rows", "1"]}),
+        ("code", STREAMING, site, {"container__image": "docker.io/evil/worker:latest"}),
+        ("code", STREAMING, site, {"model__name": str(targets["team"])}),
+        ("identity", STREAMING, site, {"gcp_conn_id": "another_teams_admin"}),
+        ("identity", STREAMING, site, {"impersonation_chain": ["admin@another-team.iam.gserviceaccount.com"]}),
+        # A configuration file of the run's choosing: another team's, one outside the site folder, a path out.
+        # The form's field offers the site's file alone, so the Params' schema refuses each.
+        ("paths", STREAMING, site, {"config_file": targets["limited_site"]}),
+        ("paths", STREAMING, site, {"config_file": str(targets["outside"])}),
+        ("paths", STREAMING, site, {"config_file": "configs/../../../etc/passwd"}),
+        ("deletion", BATCH, site, {"batch__output": f"{targets['team']}/"}),
+        ("deletion", STREAMING, site, {"bucket": "another-teams-bucket"}),
+        ("deletion", STREAMING, site, {"local__state_dir": str(targets["team"])}),
+        ("names", STREAMING, site, {"region": "us central1"}),
+        ("quoting", STREAMING, site, {"gpu__zone": "us-central1-a; touch /tmp/owned"}),
+        ("size", BATCH, site, {"batch__input": "/tmp/gpuflow/{ds:>999999999}"}),
         # A section as one key: the standard library's timeit runs the statement it is given.
-        ("section", DATAPROC, {"dataproc": {"main_python_file": timeit.__file__,
-                                            "args": ["-n1", targets["statement"]]}}),
-        ("section", STREAMING, {"config_file": site, "local": {"runner": "DataflowRunner"}}),
+        ("section", DATAPROC, None, {"dataproc": {"main_python_file": timeit.__file__,
+                                                  "args": ["-n1", targets["statement"]]}}),
+        ("section", STREAMING, site, {"local": {"runner": "DataflowRunner"}}),
         # A key that carries '=' once became a line of YAML.
-        ("yaml", STREAMING, {"config_file": site, "gcp_conn_id=another_teams_conn #": None,
-                             "project=another-project #": None}),
+        ("yaml", STREAMING, site, {"gcp_conn_id=another_teams_conn #": None, "project=another-project #": None}),
         # Globs and prefixes that reach gpuflow's own folder, by wildcard or inside a segment.
-        ("glob", BATCH, {"config_file": site, "batch__input": f"{targets['state']}/gpuflo[w]/deployments/**"}),
-        ("glob", BATCH, {"config_file": site, "batch__input": f"{targets['state']}/**"}),
-        ("segment", STREAMING, {"config_file": targets["gcs_site"], "export__model_dir": "gs://team-bucket/gpuflow"}),
+        ("glob", BATCH, site, {"batch__input": f"{targets['state']}/gpuflo[w]/deployments/**"}),
+        ("glob", BATCH, site, {"batch__input": f"{targets['state']}/**"}),
+        ("segment", STREAMING, targets["gcs_site"], {"export__model_dir": "gs://team-bucket/gpuflow"}),
         # Cost: no limit in the file lets a run raise its workers or GPUs; a lasting deployment needs the site's yes.
-        ("cost", STREAMING, {"config_file": site, "worker__max_num_workers": 1000, "gpu__count": 8}),
-        ("cost", STREAMING, {"config_file": site, "deployment__mode": "persistent"}),
-        ("cost", STREAMING, {"config_file": targets["limited_site"], "worker__max_num_workers": 1000}),
+        ("cost", STREAMING, site, {"worker__max_num_workers": 1000, "gpu__count": 8}),
+        ("cost", STREAMING, site, {"deployment__mode": "persistent"}),
+        ("cost", STREAMING, targets["limited_site"], {"worker__max_num_workers": 1000}),
         # Format characters that make a log line read differently from what it is.
-        ("format", BATCH, {"config_file": site, "batch__output": f"{targets['state']}/answers\u202e/"}),
-        ("format", STREAMING, {"config_file": site, "model__name": "gpuflow-demo\u200b"}),
+        ("format", BATCH, site, {"batch__output": f"{targets['state']}/answers\u202e/"}),
+        ("format", STREAMING, site, {"model__name": "gpuflow-demo\u200b"}),
     ]
 
 
-CASES = [(kind, dag_id, index) for index, (kind, dag_id, _) in enumerate(hostile_confs(
+CASES = [(kind, dag_id, index) for index, (kind, dag_id, _, _) in enumerate(hostile_confs(
     {"marker": "m", "script": "s", "team": "t", "outside": "o", "statement": "s", "state": "/tmp",
      "gcs_site": "g", "limited_site": "l"}))]
 
@@ -98,17 +100,20 @@ CASES = [(kind, dag_id, index) for index, (kind, dag_id, _) in enumerate(hostile
 @pytest.mark.parametrize(("kind", "dag_id", "index"), CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
 def test_a_hostile_conf_fails_preflight_and_leaves_its_target(bag, local_config, emulators, targets, kind, dag_id,
                                                               index, capfd):
-    from airflow.sdk.exceptions import ParamValidationError
+    from airflow.sdk.definitions.param import ParamValidationError  # (where both tested lines have it)
 
     from gpuflow.platform.emulators import LOCAL_CONN_ID, emulator_environment
     from gpuflow.steps.resources import list_run_resources
+    from tests.helpers import site_dag
 
-    _, _, conf = hostile_confs(targets)[index]
-    dag = bag.dags[dag_id]
+    _, _, site_file, conf = hostile_confs(targets)[index]
+    dag = bag.dags[dag_id] if site_file is None else site_dag(site_file, dag_id)
     dates = {"logical_date": pendulum.datetime(2026, 5, 1, tz="UTC")} if dag_id == BATCH else {}
-    schema_refuses = ".." in str(conf.get("config_file", "")) or "\u202e" in str(conf.get("batch__output", ""))
-    if schema_refuses:  # what the Params' schema can say, it says: no run at all
-        with pytest.raises(ParamValidationError, match="config_file|batch__output"):
+    # What the Params' schema can say, it says: a configuration file other than the DAG's, a cost knob beyond the
+    # site's limits, a format character in a path. No run at all.
+    schema_refuses = kind in ("paths", "cost") or "\u202e" in str(conf.get("batch__output", ""))
+    if schema_refuses:
+        with pytest.raises(ParamValidationError, match="config_file|batch__output|__"):
             dag.test(run_conf=conf, **dates)
         assert not targets["marker"].exists()
         return
@@ -128,7 +133,7 @@ def test_a_hostile_conf_fails_preflight_and_leaves_its_target(bag, local_config,
         said[-3000:]
     assert "another_teams_conn" not in said or "does not declare" in said  # named as refused, never used
     assert SECRET not in said
-    names = resource_names(local_config, run_prefix(dag_id, run.run_id))
+    names = resource_names(local_config, run_prefix(run.dag_id, run.run_id))
     with emulator_environment(local_config):
         assert list_run_resources(local_config, names, LOCAL_CONN_ID) == {"topics": [], "subscriptions": [],
                                                                           "buckets": []}

@@ -61,7 +61,7 @@ def test_only_files_an_earlier_deploy_copied_are_stale():
     files = deploy_files()
     assert "dags/llm_streaming_inference.py" in files and "plugins/gpuflow/composer/contents.py" in files
     assert "data/configs/local.yaml" in files and not [name for name in files if "__pycache__" in name]
-    previous = [*files, "dags/old_gpuflow_dag.py", "data/site/gpuflow.yaml"]
+    previous = [*files, "dags/old_gpuflow_dag.py", "data/site/acme.yaml", "dags/acme/gpuflow_site.py"]
     assert stale_files(previous, files) == ["dags/old_gpuflow_dag.py"]
 
 
@@ -73,9 +73,14 @@ def test_the_dags_load_and_find_their_files_from_composers_layout(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     for folder in DATA_FOLDERS:
         shutil.copytree(ROOT / folder, gcs / "data" / folder)
-    (gcs / "data" / "site").mkdir()  # what deploy-composer --config installs
-    (gcs / "data" / "site" / "gpuflow.yaml").write_text(
-        (ROOT / "configs" / "gcp.example.yaml").read_text().replace("my-gcp-project", "acme-ml-prod"))
+    from gpuflow.sites import SITE_DAG_FILE, site_dag_file_text
+
+    (gcs / "data" / "site").mkdir()  # what deploy-composer --config installs, for two teams
+    for team in ("acme", "beta"):
+        (gcs / "data" / "site" / f"{team}.yaml").write_text(
+            (ROOT / "configs" / "gcp.example.yaml").read_text().replace("my-gcp-project", f"{team}-ml-prod"))
+        (gcs / "dags" / team).mkdir()
+        (gcs / "dags" / team / SITE_DAG_FILE).write_text(site_dag_file_text(f"site/{team}.yaml"))
     probe = f"""
 import json
 try:
@@ -93,7 +98,8 @@ print(json.dumps({{"package": gpuflow.__file__, "errors": {{k: str(v) for k, v i
                   "dags": sorted(bag.dag_ids), "beam_jobs": str(beam_jobs_dir()), "recipes": str(RECIPES_DIR),
                   "profile": config.profile,
                   "forms": {{dag_id: [dag.gpuflow_form.config_file, *(form_values(dag.gpuflow_form)[key]
-                                                                       for key in ("profile", "project"))]
+                                                                       for key in ("profile", "project")),
+                                     sorted(dag.tags)]
                             for dag_id, dag in bag.dags.items()}}}}))
 """
     # Composer's own site folder (data/site), not the tests' ($GPUFLOW_SITE_DIR)
@@ -104,17 +110,18 @@ print(json.dumps({{"package": gpuflow.__file__, "errors": {{k: str(v) for k, v i
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["package"].startswith(str(gcs / "plugins" / "gpuflow"))
     assert found["errors"] == {}
-    assert found["dags"] == ["dataproc_gpu_batch", "gpu_quota_report", "gpuflow_janitor", "llm_batch_inference",
-                             "llm_streaming_inference", "llm_streaming_teardown"]
+    # Each team's site folder makes its own DAGs, which replace the repository's local ones.
+    names = ["gpu_quota_report", "gpuflow_janitor", "llm_batch_inference", "llm_streaming_inference",
+             "llm_streaming_teardown"]  # no dataproc section in the example: no dataproc_gpu_batch
+    assert found["dags"] == [f"{team}__{name}" for team in ("acme", "beta") for name in names]
     assert (found["beam_jobs"], found["recipes"]) == (str(gcs / "data" / "beam_jobs"), str(gcs / "data" / "docker"))
     assert found["profile"] == "gcp"  # configs/ was found under data/
     assert (tmp_path / "context" / "Dockerfile").exists()
-    # The deployment's own configuration is every local-default DAG's default; the Dataproc DAG keeps its own.
-    site = ["site/gpuflow.yaml", "gcp", "acme-ml-prod"]
-    assert {dag_id: form for dag_id, form in found["forms"].items() if form == site}.keys() == {
-        "gpu_quota_report", "gpuflow_janitor", "llm_batch_inference", "llm_streaming_inference",
-        "llm_streaming_teardown"}
-    assert found["forms"]["dataproc_gpu_batch"][0] == "configs/dataproc.example.yaml"
+    # Each site's DAGs read its own file (found under data/), and carry its tag.
+    for dag_id, (config_file, profile, project, tags) in found["forms"].items():
+        team = dag_id.split("__")[0]
+        assert (config_file, profile, project) == (f"site/{team}.yaml", "gcp", f"{team}-ml-prod"), dag_id
+        assert f"site:{team}" in tags and "gpuflow" in tags
 
 
 def test_the_makefile_installs_each_tested_line_as_the_catalog_says_and_the_floor_is_the_oldest():

@@ -1,12 +1,14 @@
-"""`make demo` runs the local profile, whatever site file a deployment has written into the checkout's site/."""
+"""`make demo` runs the repository's own local DAGs, whatever site folders (dags/<site>/) a deployment has written
+into the checkout's dags/: those replace the local DAGs in the folder that holds them (gpuflow.sites)."""
 
 import os
+import shutil
 import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, dag_bag
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -19,23 +21,31 @@ def demo_environment() -> dict[str, str]:
     return dict(word.split("=", 1) for word in words if "=" in word)
 
 
-def test_make_demo_runs_the_local_profile_with_a_site_file_present(tmp_path):
-    site = ROOT / "site"
-    made_folder, written = not site.exists(), not (site / "gpuflow.yaml").exists()
-    if written:  # as docs/gcp.md's step writes it (a deployment's file, if one is there, is left as it is)
-        site.mkdir(exist_ok=True)
-        (site / "gpuflow.yaml").write_text("profile: gcp\nproject: acme-ml-prod\n")
-    try:
-        env = {key: value for key, value in os.environ.items() if key != "GPUFLOW_SITE_DIR"}
-        probe = ("from gpuflow.paths import default_config_file; from gpuflow.configuration.loading import load_config;"
-                 "path = default_config_file('configs/local.yaml'); print(path, load_config(path).profile)")
-        without = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-        assert without.stdout.split() == ["site/gpuflow.yaml", "gcp"]  # what a checkout's DAGs read otherwise
-        demo = subprocess.run([sys.executable, "-c", probe], env={**env, **demo_environment()}, capture_output=True,
-                              text=True, check=True)
-        assert demo.stdout.split() == ["configs/local.yaml", "local"]
-    finally:
-        if written:
-            (site / "gpuflow.yaml").unlink()
-        if made_folder:
-            site.rmdir()
+def demo_links() -> list[str]:
+    """The link commands `make demo` runs to lay out its DAG folder."""
+    shown = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [line for line in shown.splitlines() if line.startswith("ln ")]
+
+
+def test_make_demo_runs_the_local_dags_with_a_site_folder_in_the_checkouts_dags(tmp_path):
+    from gpuflow.sites import write_site_dag_file
+    from tests.helpers import site_config
+
+    checkout = tmp_path / "checkout-dags"  # a copy: the repository's dags/ is other tests' too
+    checkout.mkdir()
+    for dag_file in ROOT.joinpath("dags").glob("*.py"):
+        shutil.copy2(dag_file, checkout / dag_file.name)
+    write_site_dag_file(Path(site_config("acme.yaml")), checkout)
+    assert sorted(dag_bag(checkout).dags) == sorted(f"acme__{name}" for name in (
+        "gpu_quota_report", "gpuflow_janitor", "llm_batch_inference", "llm_streaming_inference",
+        "llm_streaming_teardown"))  # the site's DAGs replace the local ones (its file has no dataproc section)
+
+    demo_folder = Path(demo_environment()["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert demo_folder != ROOT / "dags"
+    (link,) = demo_links()
+    demo = tmp_path / "demo-dags"
+    demo.mkdir()
+    command = link.replace(str(ROOT / "dags"), str(checkout)).replace(str(demo_folder), str(demo))
+    subprocess.run(command, shell=True, check=True, env=os.environ)
+    assert "llm_streaming_inference" in dag_bag(demo).dags
+    assert dag_bag(demo).dags["llm_streaming_inference"].gpuflow_form.config_file == "configs/local.yaml"

@@ -88,9 +88,9 @@ def test_a_cycle_is_found():
 KNOWLEDGE = ("gpuflow.catalog", "gpuflow.configuration", "gpuflow.runs", "gpuflow.dataflow", "gpuflow.gpus",
              "gpuflow.dataproc", "gpuflow.images", "gpuflow.composer")
 #: The runtime's layers, lowest first: each may import the ones below it, the knowledge above and the shared modules
-#: at the top of gpuflow/, never one above it (operators sit above them all and only the DAG files and the tools
-#: import them).
-LAYERS = ("gpuflow.platform", "gpuflow.steps", "gpuflow.triggers", "gpuflow.operators")
+#: at the top of gpuflow/, never one above it (operators sit above them all and only the DAGs and the tools import
+#: them). gpuflow.site_dags makes the DAGs: only the DAG files import it.
+LAYERS = ("gpuflow.platform", "gpuflow.steps", "gpuflow.triggers", "gpuflow.operators", "gpuflow.site_dags")
 #: preflight judges what the platform reads; steps and triggers never ask for it.
 BESIDE = {"gpuflow.preflight": ("gpuflow.steps", "gpuflow.triggers", "gpuflow.operators")}
 
@@ -104,9 +104,9 @@ def upward_reaches(packages: dict[str, set[str]]) -> list[tuple[str, str]]:
         found += [(package, target) for target in sorted(packages.get(package, ())) if target in LAYERS[low + 1:]]
     for package, above in BESIDE.items():
         found += [(package, target) for target in sorted(packages.get(package, ())) if target in above]
-    for top in ("gpuflow.operators", "gpuflow.tools"):  # only the DAG files (and the tools) import these
+    for top in ("gpuflow.operators", "gpuflow.tools", "gpuflow.site_dags"):  # only the DAGs (and tools) import these
         found += [(package, top) for package in sorted(packages)
-                  if top in packages[package] and package not in (top, "gpuflow.tools")]
+                  if top in packages[package] and package not in (top, "gpuflow.tools", "gpuflow.site_dags")]
     found += [(package, "gpuflow.preflight") for package in ("gpuflow.platform",)
               if "gpuflow.preflight" in packages.get(package, ())]
     return found

@@ -1,13 +1,12 @@
 """What a run's conf may choose (gpuflow.runs.run_policy): knobs yes; code, identity, files outside the project and what
 gets deleted, no. Each refusal names the key and the fix, and applying the fix clears it."""
 
-from pathlib import Path
 
 import pytest
 
 from gpuflow.configuration.loading import load_config
 from gpuflow.configuration.model import ConfigError
-from gpuflow.runs.run_policy import check_run_conf, refusal, trusted_config_file
+from gpuflow.runs.run_policy import check_run_conf, refusal, run_request
 from tests.helpers import ROOT, site_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -100,17 +99,26 @@ def test_gpuflows_own_prefix_is_never_a_runs_to_write(gcp):
     assert refusal("batch.output", f"gs://{gcp.bucket}/answers/{{ds}}/", gcp) is None
 
 
-@pytest.mark.parametrize("named", ["/etc/passwd", "/etc/gpuflow.yaml", "configs/../../../etc/x.yaml",
-                                   str(ROOT / "plugins" / "gpuflow" / "catalog" / "gpus.yaml"), "configs/local.txt"])
-def test_a_config_file_outside_configs_and_the_site_folder_is_refused(named):
-    with pytest.raises(ConfigError, match="a run may read no other file.*Fix: name a file there"):
-        trusted_config_file(named)
+@pytest.mark.parametrize("named", ["/etc/passwd", "configs/gcp.example.yaml", "configs/../../../etc/x.yaml",
+                                   str(ROOT / "plugins" / "gpuflow" / "catalog" / "gpus.yaml"), 42])
+def test_a_conf_that_names_another_configuration_file_is_refused(named):
+    """A run's configuration file is its DAG's (its site's, fixed at parse): a conf naming any other is refused,
+    with the reason and the fix, and reads nothing."""
+    from gpuflow.runs.trigger_form import FormLayout
+
+    layout = FormLayout(site_config("team.yaml"), run_fields=("region",), sections=())
+    with pytest.raises(ConfigError, match=r"does not declare: 'config_file'.*no configuration file either.*Fix:"):
+        run_request(layout, [], {}, {"config_file": named})
 
 
-def test_a_config_file_in_configs_or_the_site_folder_is_read():
-    assert trusted_config_file("configs/gcp.example.yaml") == (ROOT / "configs" / "gcp.example.yaml").resolve()
-    site = site_config("team.yaml")  # the fix the refusal names: a file in the site folder
-    assert trusted_config_file(site) == Path(site).resolve()
+def test_a_conf_that_names_its_own_dags_file_changes_nothing():
+    """The form sends its read-only field back: the site's own file, accepted, and no value set from it."""
+    from gpuflow.runs.trigger_form import FormLayout
+
+    layout = FormLayout(site_config("team.yaml"), run_fields=("region",), sections=())
+    request = run_request(layout, [], {"region": "europe-west4"},
+                          {"config_file": layout.config_file, "region": "europe-west4"})
+    assert request.values == {"region": "europe-west4"}
 
 
 # -- cost: without a limit a run may not raise a cost knob; with one, preflight bounds it -----------------------------

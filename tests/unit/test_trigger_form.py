@@ -66,7 +66,7 @@ def test_every_field_shows_the_value_the_run_will_use(dag_id):
 
 def test_enums_offer_their_real_choices_only():
     params = dag_params(STREAMING)
-    assert params["deployment__mode"].schema["enum"] == ["ephemeral", "persistent"]
+    assert params["deployment__mode"].schema["enum"] == ["ephemeral"]  # configs/local.yaml allows no lasting one
     assert params["deployment__mode"].schema["type"] == "string"
     assert params["gpu__sharing"].schema["enum"] == ["auto", "single_process", "mps", "model_copies"]
     assert params["export__model_dir"].schema["type"] == ["null", "string"]  # empty: under the run's prefix
@@ -83,8 +83,6 @@ def test_a_bad_value_is_refused_by_its_own_field(key, bad):
 
 
 @pytest.mark.parametrize(("dag_id", "key", "bad"), [
-    ("llm_streaming_inference", "config_file", "configs/../../../etc/passwd.yaml"),
-    ("llm_streaming_inference", "config_file", "../secrets.yaml"),
     ("llm_streaming_inference", "export__model_dir", "gs://models/a/../b"),
     ("llm_batch_inference", "batch__output", "/tmp/gpuflow/../../home/"),
     ("llm_batch_inference", "batch__input", "/tmp/gpuflow/./x/*.jsonl"),
@@ -95,7 +93,17 @@ def test_a_path_with_a_dot_segment_or_a_control_character_is_refused_by_its_fiel
     with pytest.raises(ParamValidationError):
         field.resolve(bad)
     field.resolve(field.value)
-    field.resolve("gs://team/answers.v2/{ds}/..x/" if key != "config_file" else "configs/gcp.example.yaml")
+    field.resolve("gs://team/answers.v2/{ds}/..x/")
+
+
+@pytest.mark.parametrize("other", ["configs/gcp.example.yaml", "configs/../../../etc/passwd.yaml", "../secrets.yaml",
+                                   ""])
+def test_the_configuration_file_field_holds_the_dags_own_file_only(other):
+    """The form shows the site's file as its one choice, so a conf naming any other is refused at trigger."""
+    field = dag_params(STREAMING)["config_file"]
+    with pytest.raises(ParamValidationError):
+        field.resolve(other)
+    assert field.resolve(STREAMING.config_file) == "configs/local.yaml"
 
 
 def form_values(layout) -> dict:
@@ -106,31 +114,28 @@ def run_config(layout, params, conf):
     """The configuration a run of ``layout`` with ``conf`` reads (``params``: what Airflow validated), as preflight
     builds it (``operators.run_config.config_from_params``, less the run policy's checks)."""
     request = run_request(layout, [], params, conf or {})
-    return load_config(request.config_file, request.defaults, run_values=request.values)
+    return load_config(layout.config_file, request.defaults, run_values=request.values)
 
 
 def test_a_run_without_conf_takes_the_configuration_file():
     for conf in (None, {}):
         request = run_request(STREAMING, [], form_values(STREAMING), conf or {})
-        assert (request.config_file, request.values) == ("configs/local.yaml", {})
+        assert request.values == {}
+        assert run_config(STREAMING, form_values(STREAMING), conf) == load_config("configs/local.yaml")
 
 
-def test_what_a_run_sends_wins_even_a_value_equal_to_the_first_files():
-    """The form sends every field: each wins over the named file, which gives the keys the form does not show."""
-    sent = {**form_values(STREAMING), "gpu__count": 2, "smoke_test__num_prompts": 3,
-            "config_file": "configs/gcp.example.yaml"}
-    config = run_config(STREAMING, sent, sent)
-    assert (config.profile, config.gpu.machine_type, config.gpu.count, config.smoke_test.num_prompts) == (
-        "gcp", "g2-standard-4", 2, 3)  # the profile is the named file's: no run field sets it
+def test_what_a_run_sends_wins_even_a_value_equal_to_the_files():
+    """The form sends every field, its read-only file too: each field wins over the site's file, which gives the
+    keys the form does not show."""
+    gcp = FormLayout("configs/gcp.example.yaml", STREAMING.run_fields, STREAMING.sections)
+    sent = {**form_values(gcp), "gpu__count": 2, "smoke_test__num_prompts": 3}
+    config = run_config(gcp, sent, sent)
     gcp_file = load_config("configs/gcp.example.yaml")
+    assert (config.profile, config.gpu.machine_type, config.gpu.count, config.smoke_test.num_prompts) == (
+        "gcp", gcp_file.gpu.machine_type, 2, 3)  # the profile is the file's: no run field sets it
     shown = {key.replace("__", ".") for key in sent}
-    assert config.dataflow.experiments == gcp_file.dataflow.experiments  # not in the form: from the named file
+    assert config.dataflow.experiments == gcp_file.dataflow.experiments  # not in the form: from the file
     assert "dataflow.experiments" not in shown
-
-
-def test_a_conf_that_names_the_file_alone_takes_all_of_that_files_values():
-    conf = {"config_file": "configs/gcp.example.yaml"}
-    assert run_config(STREAMING, {**form_values(STREAMING), **conf}, conf) == load_config("configs/gcp.example.yaml")
 
 
 def test_a_conf_of_single_declared_fields_sets_those_alone():
@@ -214,3 +219,46 @@ def test_the_path_pattern_refuses_every_control_and_format_character_of_the_bmp(
     assert in_class == unsafe
     assert re.match(PATH_PATTERN, "/tmp/gpuflow/answers/{ds}/")
     assert not re.match(PATH_PATTERN, "/tmp/gpuflow/answers\u202e/") and not re.match(PATH_PATTERN, "a\u0085b")
+
+
+def site_form(**values):
+    """The streaming form of a site file: configs/local.yaml with ``values`` (dotted keys) over it."""
+    from tests.helpers import site_config
+
+    return dag_params(FormLayout(site_config("bounded.yaml", **values), STREAMING.run_fields, STREAMING.sections))
+
+
+def test_without_limits_a_run_may_lower_a_cost_knob_and_never_raise_it():
+    """A site that sets no limit: each cost knob's field holds the file's value as its bound (Airflow refuses more at
+    trigger), as the run policy holds it in preflight."""
+    params = site_form(**{"gpu.count": 2, "worker.max_num_workers": 3, "smoke_test.timeout_s": 240})
+    for key, above, within in (("gpu__count", 3, 1), ("worker__max_num_workers", 4, 3), ("gpu__type", "nvidia-a100-80gb", "none"),
+                               ("deployment__mode", "persistent", "ephemeral"), ("smoke_test__timeout_s", 241, 60),
+                               ("gpu__machine_type", "a2-ultragpu-8g", "g2-standard-4")):
+        with pytest.raises(ParamValidationError):
+            params[key].resolve(above)
+        params[key].resolve(within)
+
+
+def test_a_sites_limits_bound_its_fields():
+    params = site_form(**{"limits.max_gpus": 8, "limits.gpu_types": ["nvidia-l4", "nvidia-tesla-t4"],
+                          "limits.lasting_deployments": True, "limits.max_job_hours": 2,
+                          "limits.max_usd_per_hour": 40})
+    assert params["gpu__count"].schema["maximum"] == 8 and params["worker__max_num_workers"].schema["maximum"] == 8
+    assert params["gpu__type"].schema["enum"] == ["nvidia-l4", "none", "nvidia-tesla-t4"]
+    assert params["deployment__mode"].schema["enum"] == ["ephemeral", "persistent"]
+    assert params["smoke_test__timeout_s"].schema["maximum"] == 7200
+    assert "enum" not in params["gpu__machine_type"].schema  # priced in preflight against limits.max_usd_per_hour
+    with pytest.raises(ParamValidationError):
+        params["gpu__count"].resolve(9)
+    with pytest.raises(ParamValidationError):
+        params["gpu__type"].resolve("nvidia-h100-80gb")
+    assert params["gpu__type"].resolve("nvidia-tesla-t4") == "nvidia-tesla-t4"
+
+
+def test_a_file_beyond_its_own_limits_still_parses():
+    """The bound never excludes the file's own value (preflight says what is wrong with the file)."""
+    params = site_form(**{"gpu.count": 4, "limits.max_gpus": 2})
+    assert params["gpu__count"].resolve(4) == 4
+    with pytest.raises(ParamValidationError):
+        params["gpu__count"].resolve(5)

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuflow.paths import PROJECT_ROOT, SITE_CONFIG
+from gpuflow.paths import PROJECT_ROOT, SITE_FOLDER
+from gpuflow.sites import SITE_DAG_FILE
 
 #: Project folders copied into the bucket's data/ folder.
 DATA_FOLDERS = ("beam_jobs", "configs", "docker", "spark_jobs")
@@ -157,5 +158,7 @@ def deploy_files(root: Path = PROJECT_ROOT) -> dict[str, Path]:
 
 
 def stale_files(previous: list[str], current: dict[str, Path]) -> list[str]:
-    """What the last deploy copied and this one does not ship: only gpuflow's own, never the team's config."""
-    return sorted(name for name in previous if name not in current and name != f"data/{SITE_CONFIG}")
+    """What the last deploy copied and this one does not ship: only gpuflow's own, never a team's site (its file
+    under data/site/, its DAG file)."""
+    return sorted(name for name in previous if name not in current and not name.startswith(f"data/{SITE_FOLDER}/")
+                  and not name.endswith(f"/{SITE_DAG_FILE}"))

@@ -20,19 +20,20 @@ def config_from_params(context: Any) -> GpuflowConfig:
     """The run's configuration: its config file, then the fields its conf sets. A bad one fails the task without
     retries.
 
-    What the run's conf sends is untrusted (``gpuflow.runs.run_policy``): it may hold config_file and the form's
-    declared fields only; a config_file it names must lie in configs/ or the site folder, and each field it sets
-    must be one a run may choose, checked against the file's own values, each set as a value."""
+    What the run's conf sends is untrusted (``gpuflow.runs.run_policy``): it may hold the form's declared fields
+    only, each one a run may choose, checked against the file's own values, each set as a value. The file is the
+    DAG's own (its site's, fixed at parse; configs/local.yaml for a DAG of the user's own without a form), never
+    the conf's."""
     from gpuflow.configuration.loading import load_config
     from gpuflow.configuration.model import ConfigError
-    from gpuflow.runs.run_policy import check_run_conf, run_request, trusted_config_file
+    from gpuflow.runs.run_policy import check_run_conf, run_request
 
     conf = dict(getattr(context.get("dag_run"), "conf", None) or {})
     dag = context["dag"]
+    layout = dag_form(dag)
     try:
-        request = run_request(dag_form(dag), list(dag.params.keys()), dict(context["params"]), conf)
-        config_file = str(trusted_config_file(request.config_file)) \
-            if conf.get("config_file") and request.config_file else request.config_file
+        request = run_request(layout, list(dag.params.keys()), dict(context["params"]), conf)
+        config_file = layout.config_file if layout is not None else None
         check_run_conf(request.values, load_config(config_file, request.defaults))
         return load_config(config_file, request.defaults, run_values=request.values)
     except ConfigError as error:

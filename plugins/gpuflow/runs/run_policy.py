@@ -31,7 +31,6 @@ from gpuflow.configuration.model import (
     unsafe_character,
 )
 from gpuflow.gcs_uris import under_prefix
-from gpuflow.paths import project_path, site_dir
 from gpuflow.runs.batch_templates import TEMPLATE_FIELDS
 from gpuflow.runs.naming import GPUFLOW_PREFIX
 from gpuflow.runs.trigger_form import COST_KNOBS
@@ -120,23 +119,6 @@ def _cost_problem(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
 #: Folders a run may point somewhere, within bounds (``path_problem``).
 PATH_KEYS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
 
-def trusted_config_dirs() -> list[Path]:
-    return [project_path("configs").resolve(), site_dir().resolve()]
-
-
-def trusted_config_file(config_file: str | Path) -> Path:
-    """A configuration file a run names: a YAML file in configs/ or the deployment's site folder, else refused."""
-    path = Path(config_file)
-    resolved = (path if path.is_absolute() else project_path(str(path))).resolve()
-    folders = trusted_config_dirs()
-    if resolved.suffix not in (".yaml", ".yml") or not any(resolved.is_relative_to(root) for root in folders):
-        raise ConfigError(
-            f"config_file {str(config_file)!r} is not a YAML file in configs/ or the deployment's site folder "
-            f"({', '.join(map(str, folders))}): a run may read no other file. Fix: name a file there, e.g. "
-            "configs/gcp.example.yaml; to add one, ask whoever deploys gpuflow (deploy-composer --config installs "
-            "yours as site/gpuflow.yaml).")
-    return resolved
-
 
 def _field_types(dotted: str) -> tuple[set[str], bool] | None:
     from gpuflow.runs.trigger_form import field_schema
@@ -164,8 +146,8 @@ def refusal(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
         reason = "a run may set numbers, switches, choices and the names gpuflow checks, not free text"
     if reason:
         return (f"{dotted}: only the configuration file sets it ({reason}). Fix: leave it out of the run's conf; "
-                "to change it, change the configuration file, or name another file under configs/ or the site "
-                "folder as config_file (docs/security.md).")
+                "to change it, change the configuration file, or trigger the DAGs of a site whose file sets it "
+                "(docs/security.md).")
     return (checker(dotted, value, base) if checker else None) or _cost_problem(dotted, value, base)
 
 
@@ -302,49 +284,48 @@ _CHECKS = {
 
 @dataclass(frozen=True)
 class RunRequest:
-    """What a run's conf asks for, as values: the configuration file it reads, and each declared field it sets."""
+    """What a run's conf asks for, as values: each declared field it sets. The configuration file is never the
+    conf's: a gpuflow DAG's is its site's, fixed at parse; a DAG of the user's own names its own."""
 
-    config_file: str | None  # None: the DAG's default (a DAG of the user's own without a config_file Param)
     values: dict[str, Any]  # dotted config key -> the value the run sends (None clears the file's value)
     defaults: dict[str, Any] = field(default_factory=dict)  # a DAG of the user's own: its author's non-empty Params
 
 
 def run_request(layout: Any, declared_params: Collection[str], params: Mapping[str, Any],
                 conf: Mapping[str, Any]) -> RunRequest:
-    """The run's conf, held to its DAG's declared fields: ``config_file`` and the fields its form declares (a DAG of
-    the user's own: its declared Params), each with the value Airflow validated against the field's schema. Any other
-    key (a section, a key holding '=' or '.', a field the form does not show) refuses the run, every such key named
-    in one message. No value is ever read as text: each is set on its own field (``load_config(run_values=…)``).
+    """The run's conf, held to its DAG's declared fields: those its form declares (a DAG of the user's own: its
+    declared Params), each with the value Airflow validated against the field's schema. Any other key (a section, a
+    key holding '=' or '.', a field the form does not show, a configuration file other than the DAG's) refuses the
+    run, every such key named in one message. No value is ever read as text: each is set on its own field
+    (``load_config(run_values=…)``).
 
     ``layout``: the DAG's ``trigger_form.FormLayout``, or None for a DAG of the user's own."""
-    from gpuflow.runs.trigger_form import declared_fields
+    from gpuflow.runs.trigger_form import CONFIG_FILE_PARAM, declared_fields
 
     if layout is None:
-        declared = {key: key.replace("__", ".") for key in declared_params if key != "config_file"}
+        declared = {key: key.replace("__", ".") for key in declared_params if key != CONFIG_FILE_PARAM}
     else:
         declared = declared_fields(layout)
-    undeclared = [key for key in conf if key != "config_file" and key not in declared]
+    # The form's own field (its one choice is the DAG's file: Airflow refused any other at trigger) changes nothing.
+    same_file = layout is not None and conf.get(CONFIG_FILE_PARAM) == layout.config_file
+    undeclared = [key for key in conf if key not in declared and not (key == CONFIG_FILE_PARAM and same_file)]
     if undeclared:
         raise ConfigError(
             f"this run's conf holds {len(undeclared)} key(s) its DAG does not declare: "
-            f"{', '.join(_shown(key) for key in undeclared)}. A run's conf may hold config_file and the fields of "
-            "the DAG's trigger form (each by its own name, e.g. gpu__count), nothing else. Fix: remove them; what the "
-            "form does not show is the configuration file's to set (docs/security.md).")
-    named = conf.get("config_file")
-    if named is not None and not isinstance(named, str):
-        raise ConfigError(f"config_file {_shown(named)} is not a path. Fix: name a YAML file under configs/ or the "
-                          "site folder.")
+            f"{', '.join(_shown(key) for key in undeclared)}. A run's conf may hold the fields of the DAG's trigger "
+            "form (each by its own name, e.g. gpu__count), nothing else: no configuration file either, since each "
+            "site file has DAGs of its own. Fix: remove them; what the form does not show is the configuration "
+            "file's to set (docs/security.md).")
     values = {}
     for key in conf:
-        if key != "config_file":
+        if key in declared:
             value = params.get(key, conf[key])
             if value != "":  # an empty text field: the file's value
                 values[declared[key]] = value
     defaults = {} if layout is not None else {
         key: value for key, value in params.items()
-        if key not in conf and key != "config_file" and value not in (None, "")}
-    config_file = named or (layout.config_file if layout is not None else params.get("config_file") or None)
-    return RunRequest(config_file, values, defaults)
+        if key not in conf and key != CONFIG_FILE_PARAM and value not in (None, "")}
+    return RunRequest(values, defaults)
 
 
 def check_run_conf(sent: dict[str, Any], base: GpuflowConfig) -> None:

@@ -1,16 +1,17 @@
 """The DAGs' trigger form: the few fields people change per run first, then folded sections of typed fields.
-Each DAG file declares its own (a ``FormLayout``); this module knows no DAG.
+Each DAG declares its own (a ``FormLayout``, in ``gpuflow.site_dags``); this module knows no DAG.
 
 A person opening "Trigger" sees the values the run will use: every field is filled from the DAG's configuration
 file (or, for a key the file does not set, the model's default). Every field is a Param of its own, with the key's
 type, its choices and its bounds, so that the form (and the REST API, with a 400) refuses a bad value before a
-run starts. Keys nobody sets per run (topic names, poll intervals, list- and map-valued settings) are not in the
-form: they stay in the configuration file, whose path the form shows.
+run starts; the cost knobs' fields carry the site's limits (``site_bounds``). Keys nobody sets per run (topic
+names, poll intervals, list- and map-valued settings) are not in the form: they stay in the configuration file, the
+site's, which the form shows and no run can change.
 
 What a run sends wins (``gpuflow.runs.run_policy.run_request``), even a value equal to the file's; a key it does not
 send comes from the configuration file. The form sends every field it shows, so a run triggered from it uses those
-values, and the file gives the rest; a REST conf that names single keys (``{"model__max_new_tokens": 8}``), or
-``config_file`` alone, changes only those.
+values, and the file gives the rest; a REST conf that names single keys (``{"model__max_new_tokens": 8}``) changes
+only those.
 
 The DAG files attach the form after their tasks (``attach_trigger_form``), so Airflow does not copy it into each
 task. Parsing a DAG file builds this form, so it reads YAML and the generated ``configuration/params_schema.json``
@@ -27,7 +28,7 @@ from typing import Any
 import yaml
 from airflow.sdk import Param
 
-from gpuflow.paths import default_config_file, resolve_config_path
+from gpuflow.paths import resolve_config_path
 
 #: The Params' JSON schemas and defaults, generated from the pydantic model (`make generate`;
 #: a test keeps it current). Read from a file so that parsing a DAG never builds the pydantic schema.
@@ -36,6 +37,10 @@ PARAMS_SCHEMA_FILE = Path(__file__).parents[1] / "configuration" / "params_schem
 #: Airflow's unfolded section: Params without a section of their own land there.
 RUN_SECTION = "Run Parameters"
 SETTINGS_SECTION = "Configuration file"
+#: The form's field that shows the site's configuration file: a choice of that one file (Airflow's form hides a const
+#: field, and shows a choice), so a conf that names another file is refused at trigger (a 400), and one that names
+#: the same changes nothing.
+CONFIG_FILE_PARAM = "config_file"
 
 #: Each field's short label; its description names the config key.
 LABELS = {
@@ -157,14 +162,14 @@ SECTIONS = {
 
 
 class FormLayout:
-    """A DAG's form, declared in its DAG file: its configuration file, the fields set per run, its sections."""
+    """A DAG's form, declared where the DAG is made (``gpuflow.site_dags``): its configuration file (the site's,
+    fixed at parse), the fields set per run, its sections."""
 
     __slots__ = ("config_file", "run_fields", "sections", "file_only")
 
     def __init__(self, config_file: str, run_fields: tuple[str, ...], sections: tuple[str, ...],
                  file_only: tuple[str, ...] = ()):
-        # A deployment's own file (paths.SITE_CONFIG, written by deploy-composer --config) wins over the local default.
-        self.config_file = default_config_file(config_file)
+        self.config_file = config_file
         self.run_fields, self.sections = run_fields, sections
         # Keys the form shows, read-only, in the configuration file's description: no run may set them.
         self.file_only = file_only
@@ -208,9 +213,21 @@ def _file_values(config_file: str) -> dict[str, Any]:
     return dict(_read_values(path, path.stat().st_mtime_ns))
 
 
+def file_has_section(config_file: str, section: str) -> bool:
+    """Whether the configuration file sets the section (``dataproc``: the site has a Dataproc batch DAG)."""
+    path = resolve_config_path(config_file)
+    return isinstance(_read_raw(path, path.stat().st_mtime_ns).get(section), dict)
+
+
+@cache
+def _read_raw(path: Path, modified_ns: int) -> dict[str, Any]:
+    raw = _read_yaml(path.read_text())
+    return raw if isinstance(raw, dict) else {}
+
+
 @cache
 def _read_values(path: Path, modified_ns: int) -> tuple[tuple[str, Any], ...]:
-    raw = _read_yaml(path.read_text()) or {}
+    raw = _read_raw(path, modified_ns)
     values = {}
     for dotted, schema in _field_schemas().items():
         node: Any = raw
@@ -244,10 +261,50 @@ PATH_PATTERN = r"^(?!(.*/)?\.\.?(/|$))[^" + UNSAFE_BMP + r"]*$"
 PATH_FIELDS = ("batch.input", "batch.output", "batch.dead_letter_output", "export.model_dir")
 
 
+#: The timeouts a run may raise up to limits.max_job_hours (COST_KNOBS), in seconds.
+_JOB_HOURS_KNOBS = tuple(key for key, limits in COST_KNOBS.items() if limits == ("max_job_hours",))
+
+
+def site_bounds(dotted: str, value: Any, values: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema keywords that hold a cost knob (``COST_KNOBS``) to the site's limits, so that Airflow refuses a
+    run beyond them at trigger (a 400), before anything exists: the file's value, and above it only what a limit
+    the file sets allows (``gpuflow.runs.run_policy`` holds a run to the same in preflight, and preflight's limit
+    rules check what a schema cannot say, such as a machine type's price). The file's own value always passes, so
+    that the DAG parses even where the file breaks its own limits (preflight then says so)."""
+    limit = {name: values.get(f"limits.{name}") for name in COST_KNOBS.get(dotted, ())}
+    if not limit:
+        return {}
+
+    def highest(bound: Any) -> dict[str, Any]:
+        if value is None:  # no number in the file: the schema's own bounds, and preflight's
+            return {}
+        top = max(value, bound) if bound is not None else value
+        return {"maximum": min(top, schema["maximum"]) if "maximum" in schema else top}
+
+    if dotted in ("gpu.count", "worker.max_num_workers"):
+        return highest(limit["max_gpus"])
+    if dotted == "dataproc.executor_instances":
+        return highest(limit["max_dataproc_executors"])
+    if dotted in _JOB_HOURS_KNOBS:
+        hours = limit["max_job_hours"]
+        return highest(hours * 3600 if hours is not None else None)
+    if dotted == "deployment.mode":
+        lasting = limit["lasting_deployments"] is True or value == "persistent"
+        return {"enum": ["ephemeral", "persistent"] if lasting else [value]}
+    if dotted in ("gpu.type", "dataproc.accelerator"):
+        choices = [value, *(["none"] if dotted == "gpu.type" else []), *(limit["gpu_types"] or [])]
+        return {"enum": [c for i, c in enumerate(choices) if c not in choices[:i]
+                         and ("enum" not in schema or c in schema["enum"])]}
+    if limit.get("max_usd_per_hour") is None:  # machine types: the file's, unless a price bound lets preflight judge
+        return {"enum": [value]}
+    return {}
+
+
 def _field_param(dotted: str, value: Any, values: dict[str, Any], section: str | None = None) -> Param:
     schema = _field_schemas()[dotted]
     extra: dict[str, Any] = {name: schema[name] for name in ("enum", "minimum", "maximum", "exclusiveMinimum")
                              if name in schema}
+    extra.update(site_bounds(dotted, value, values, schema))
     if dotted in PATH_FIELDS:
         extra["pattern"] = PATH_PATTERN
     extra["$schema"] = SCHEMA_DIALECT
@@ -270,19 +327,18 @@ def dag_params(layout: FormLayout) -> dict[str, Param]:
         for dotted in SECTIONS[title].keys:
             if dotted not in layout.run_fields:
                 params[dotted.replace(".", "__")] = _field_param(dotted, values[dotted], values, section=title)
-    params["config_file"] = Param(
-        layout.config_file, type="string", title="Configuration file", section=SETTINGS_SECTION,
-        pattern=PATH_PATTERN, **_dialect(),
-        description=f"The YAML file that gives every key this form does not show (docs/configuration.md lists them): "
-                    "one in configs/ or the deployment's site folder (docs/security.md). The fields this form sends "
-                    "win over it; to run with another file's values, trigger with a conf that names config_file alone "
-                    f"(REST API, or `airflow dags trigger --conf`). This DAG was parsed with {layout.config_file}: "
-                    "the values the form shows are that file's." + _file_only_note(layout, values),
+    params[CONFIG_FILE_PARAM] = Param(
+        layout.config_file, type="string", enum=[layout.config_file], title="Configuration file",
+        section=SETTINGS_SECTION, **_dialect(),
+        description=f"The site's configuration file, which gives every key this form does not show "
+                    "(docs/configuration.md lists them). It is fixed when the DAG file is parsed: a run cannot name "
+                    "another (Airflow refuses the trigger); each site file has its own DAGs (docs/security.md). "
+                    f"The values this form shows are {layout.config_file}'s." + _file_note(layout, values),
     )
     return params
 
 
-def _file_only_note(layout: FormLayout, values: dict[str, Any]) -> str:
+def _file_note(layout: FormLayout, values: dict[str, Any]) -> str:
     """The keys only the configuration file sets, with that file's values: shown, not editable (not declared, so a
     run's conf naming one is refused)."""
     if not layout.file_only:

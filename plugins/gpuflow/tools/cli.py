@@ -1,7 +1,7 @@
 """gpuflow: check a configuration and the environment before a run (preflight), print or check the launch a run
 would send (launch-command), render and list the worker images (render-dockerfile, recipes, images), deploy into
-Cloud Composer (deploy-composer), run the local emulators (emulators), and debug a GPU VM (debug-vm). The DAGs
-themselves run in Airflow: see the README."""
+Cloud Composer (deploy-composer), write a site's DAG file (site-dags), run the local emulators (emulators), and
+debug a GPU VM (debug-vm). The DAGs themselves run in Airflow: see the README."""
 
 from __future__ import annotations
 
@@ -295,6 +295,22 @@ def cmd_deploy_composer(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_site_dags(args: argparse.Namespace) -> int:
+    from gpuflow.sites import SiteNameError, site_name, write_site_dag_file
+
+    config_file = Path(args.config)
+    try:
+        name = site_name(config_file)
+        load_config(config_file)  # a file whose DAGs would fail to parse is refused here, with its problem
+    except (SiteNameError, ConfigError) as error:
+        print(f"site-dags: {error}", file=sys.stderr)
+        return 1
+    written = write_site_dag_file(config_file, Path(args.dags_folder))
+    print(f"site {name}: {written} makes its DAGs ({name}__…) from {config_file.resolve()}; they replace the "
+          f"repository's own local DAGs in {args.dags_folder}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuflow", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -372,11 +388,20 @@ def build_parser() -> argparse.ArgumentParser:
                              "be defined: AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT='{\"conn_type\": "
                              "\"google_cloud_platform\"}' uses your Application Default Credentials)")
     deploy.add_argument("--config", default=None,
-                        help="your gcp configuration: it becomes the DAGs' default (data/site/gpuflow.yaml); a "
-                             "later deploy without --config leaves it as it is")
+                        help="your gcp configuration: it becomes a site, data/site/<name>.yaml, with its own DAGs "
+                             "(dags/<name>/gpuflow_site.py: <name>__…); a later deploy without --config leaves it "
+                             "as it is")
     deploy.add_argument("--dry-run", action="store_true",
                         help="read the environment and print what would change; change nothing")
     deploy.set_defaults(func=cmd_deploy_composer)
+
+    sites = commands.add_parser("site-dags", help="write a site's DAG file (dags/<site>/gpuflow_site.py): the DAGs "
+                                "of one configuration file, for an Airflow you run yourself")
+    sites.add_argument("--config", required=True, help="the site's configuration file; its stem names the site")
+    sites.add_argument("--dags-folder", required=True,
+                       help="the Airflow DAG folder ([core] dags_folder); its site folders replace the repository's "
+                            "own local DAGs there")
+    sites.set_defaults(func=cmd_site_dags)
 
     emulators = commands.add_parser("emulators", help="start the local profile's emulators")
     _add_config_args(emulators)

@@ -12,8 +12,9 @@
 - The ``gpuflow_gpu`` pool is created through the environment's Airflow REST API (v2 for Airflow 3, "always
   enabled" with Composer's own authentication: docs.cloud.google.com/composer/docs/composer-3/access-airflow-api),
   with ``CloudComposerHook.make_composer_airflow_api_request``.
-- ``--config``: the team's configuration becomes the DAGs' default (``paths.SITE_CONFIG`` under data/); no
-  repository file lies there, so a redeploy without ``--config`` never touches it.
+- ``--config``: the team's configuration becomes a site (``gpuflow.sites``): the file goes to data/site/<site>.yaml
+  and its DAG file to dags/<site>/gpuflow_site.py, whose DAGs (``<site>__…``) replace the repository's own local
+  ones. Neither is in the manifest, so a redeploy without ``--config`` never touches a team's site.
 
 Check everything, then write, then wait: the image floor, ``--config`` (a gcp configuration whose configuration
 rules pass, as ``gpuflow preflight --config-only``), the package plan and the Airflow REST API (the pool's state) are
@@ -39,7 +40,8 @@ from gpuflow.composer.contents import (
     merged_packages,
     stale_files,
 )
-from gpuflow.paths import SITE_CONFIG
+from gpuflow.paths import SITE_FOLDER
+from gpuflow.sites import SITE_DAG_FILE, SiteNameError, site_dag_file_text, site_name
 from gpuflow.workflow_names import GPU_POOL
 
 if TYPE_CHECKING:
@@ -181,6 +183,10 @@ class ComposerDeployment:
             raise DeployRefused(f"--config {config_file} is no file. Fix: name your gcp configuration (a copy of "
                                 "configs/gcp.example.yaml)")
         try:
+            site_name(config_file)
+        except SiteNameError as error:
+            raise DeployRefused(f"--config: {error}") from None
+        try:
             config = load_config(config_file)
         except ConfigError as error:
             raise DeployRefused(f"--config {config_file}: {error}") from None
@@ -194,11 +200,17 @@ class ComposerDeployment:
                                 f"{config_file}` names each problem's fix")
         return config
 
-    def _config(self, bucket: str, config_file: Path, dry_run: bool) -> str:
+    def _config(self, bucket: str, config_file: Path, dry_run: bool) -> dict[str, str]:
+        """The team's site: its configuration file under data/site/, then the DAG file that makes its DAGs."""
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
-        target = f"data/{SITE_CONFIG}"
-        self.say(f"the DAGs' default configuration: {config_file} -> gs://{bucket}/{target}")
+        site = site_name(config_file)
+        reference = f"{SITE_FOLDER}/{config_file.name}"  # as the DAG file reads it: under data/ on Composer
+        targets = {"config": f"data/{reference}", "dag_file": f"dags/{site}/{SITE_DAG_FILE}"}
+        self.say(f"site {site}: {config_file} -> gs://{bucket}/{targets['config']}, its DAGs ({site}__…) from "
+                 f"gs://{bucket}/{targets['dag_file']}")
         if not dry_run:
-            GCSHook(gcp_conn_id=self.target.conn_id).upload(bucket, target, filename=str(config_file))
-        return target
+            gcs = GCSHook(gcp_conn_id=self.target.conn_id)
+            gcs.upload(bucket, targets["config"], filename=str(config_file))
+            gcs.upload(bucket, targets["dag_file"], data=site_dag_file_text(reference))
+        return targets
