@@ -26,13 +26,13 @@ def offline_commands() -> list[str]:
 
 @pytest.fixture
 def workspace(tmp_path):
-    """Step 9 done: site/gpuflow.yaml, the example with a project, a bucket and the workers' account set."""
+    """Step 9 done: site/team-a.yaml, the example with a project, a bucket and the workers' account set."""
     (tmp_path / "site").mkdir()
     text = (ROOT / "configs" / "gcp.example.yaml").read_text()
     text = text.replace("project: my-gcp-project", "project: acme-ml-prod").replace(
         "bucket: my-gcp-project-gpuflow", "bucket: acme-ml-prod-gpuflow").replace(
         "service_account: null", "service_account: gpuflow-worker@acme-ml-prod.iam.gserviceaccount.com")
-    (tmp_path / "site" / "gpuflow.yaml").write_text(text)
+    (tmp_path / "site" / "team-a.yaml").write_text(text)
     return tmp_path
 
 
