@@ -298,7 +298,9 @@ def test_a_conf_that_breaks_the_params_schema_is_refused(airflow_live, local_con
 
 
 def runs_of(airflow_live, dag_id: str) -> set[str]:
-    return {run["dag_run_id"] for run in airflow_live.api("GET", f"/dags/{dag_id}/dagRuns").json()["dag_runs"]}
+    """The DAG's manual runs (a scheduled DAG, unpaused, may start its own at any time)."""
+    answer = airflow_live.api("GET", f"/dags/{dag_id}/dagRuns", params={"run_type": "manual"})
+    return {run["dag_run_id"] for run in answer.json()["dag_runs"]}
 
 
 def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_created(airflow_live, local_config,
