@@ -20,8 +20,8 @@ MARGIN_S = 15 * 60
 #: Tasks that wait on nothing the configuration bounds.
 SHORT_S = 15 * 60
 SHORT = "short"
-#: The least a task that waits on a job gets, so that a run naming another configuration file with longer
-#: waits than the DAG's (configs/gcp.example.yaml: a 20-minute smoke test) still fits.
+#: The least a task that waits on a job gets, so that a run that raises a wait above its file's, within the site's
+#: limits.max_job_hours (the trigger form's bound), still fits the timeout set from the file at parse.
 WAITING_FLOOR_S = 60 * 60
 #: Fallback placements a run may add in its form beyond the file's, and still fit the launch's timeout.
 SPARE_FALLBACKS = 2
