@@ -21,7 +21,7 @@ MARGIN_S = 15 * 60
 SHORT_S = 15 * 60
 SHORT = "short"
 #: The least a task that waits on a job gets, so that a run that raises a wait above its file's, within the site's
-#: limits.max_job_hours (the trigger form's bound), still fits the timeout set from the file at parse.
+#: limits.max_job_hours, fits the timeout set from the file at parse up to this floor (preflight refuses a longer one).
 WAITING_FLOOR_S = 60 * 60
 #: Fallback placements a run may add in its form beyond the file's, and still fit the launch's timeout.
 SPARE_FALLBACKS = 2
