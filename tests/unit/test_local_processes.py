@@ -1,11 +1,17 @@
 """Every process gpuflow starts is detached from the task that starts it (``gpuflow.platform.processes.DETACHED``)."""
 
+import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 
-from gpuflow.platform.processes import spawn_logged
+import pytest
+
+from gpuflow.platform.processes import replace_text, spawn_logged
+
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_a_spawned_job_reads_no_stdin_runs_in_its_own_group_and_inherits_no_descriptor(tmp_path):
@@ -35,3 +41,27 @@ def test_a_spawned_job_reads_no_stdin_runs_in_its_own_group_and_inherits_no_desc
         os.waitpid(pid, 0)
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_pid_file_is_never_seen_empty(tmp_path):
+    """A run killed just after its pipeline started left a pid file that its finder read as '' (CI of 2cdceb7): the
+    file's name now appears only with its whole text."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def read_while_written() -> None:
+        while not done.is_set():
+            for pid_file in tmp_path.glob("*.pid"):
+                with contextlib.suppress(FileNotFoundError):
+                    seen.append(pid_file.read_text())
+
+    reader = threading.Thread(target=read_while_written)
+    reader.start()
+    try:
+        for pid in range(1000, 3000):
+            replace_text(tmp_path / f"run-{pid % 7}.pid", str(pid))
+    finally:
+        done.set()
+        reader.join()
+    assert seen and all(text.isdigit() for text in seen)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"run-{n}.pid" for n in range(7)]

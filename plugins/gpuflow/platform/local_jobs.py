@@ -18,6 +18,7 @@ from gpuflow.platform.processes import (
     exit_status,
     gpuflow_process_runs,
     pid_handles,
+    replace_text,
     spawn_logged,
 )
 from gpuflow.runs.naming import ResourceNames
@@ -65,7 +66,7 @@ class LocalProcesses(LocalService):
         log_path = self.state_dir / f"{file_stem}.log"
         log.info("starting %s: %s", job_name, " ".join(command))
         pid = spawn_logged(command, log_path, {**self.subprocess_env(), LABELS_VARIABLE: json.dumps(labels)})
-        (self.state_dir / f"{file_stem}.pid").write_text(str(pid))
+        replace_text(self.state_dir / f"{file_stem}.pid", str(pid))
         return JobHandle(kind="local-process", id=str(pid), name=job_name, location=str(log_path))
 
     def launch_pipeline(self, argv: list[str], names: ResourceNames, image: str = "",

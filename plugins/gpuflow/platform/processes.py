@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -91,6 +92,15 @@ def run_logged(command: list[str], env: dict[str, str] | None, what: str, timeou
         tail = "\n".join(lines[-30:])
         raise RuntimeError(f"{what} failed with exit code {process.returncode}:\n{tail}")
     return "\n".join(lines)
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``path`` whole, atomically on one filesystem: a reader (the janitor, a killed run's finder) sees no
+    file or the whole text, never an empty one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging.write_text(text)
+    os.replace(staging, path)
 
 
 def pid_handles(state_dir: Path) -> list[JobHandle]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.gcs_uris import split_gcs_uri
+from gpuflow.platform.processes import replace_text
 from gpuflow.runs.naming import DEPLOYMENTS_FOLDER, ResourceNames, deployment_folder, pointer_folder, resource_names
 from gpuflow.runs.rollout import DeploymentRecord, pointer_name
 
@@ -81,11 +81,7 @@ class Records:
                                  f"(now: {current and current.changed_by}). Fix: run again; the deployment is as the "
                                  "other run left it.")
         if self.config.profile == "local":
-            path = Path(location)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            staging.write_text(text)
-            os.replace(staging, path)  # atomic on one filesystem: a reader sees the old record or the new one
+            replace_text(Path(location), text)  # a reader sees the old record or the new one
         else:
             bucket, blob_name = split_gcs_uri(location)
             # if_generation_match 0: only if absent; else only if it is still the generation just compared.
