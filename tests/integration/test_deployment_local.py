@@ -359,9 +359,10 @@ def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config,
     assert run_prefix(lease["dag_id"], lease["run_id"]) == killed.prefix
     delete_dag_run(lease["run_id"])
 
-    from tests.helpers import local_site_file, site_config
+    from tests.helpers import local_site_file
 
-    janitor_conf = {"config_file": site_config("janitor.yaml", local_site_file(), bucket=BUCKET)}
+    # The killed run's site's janitor: the deployment is another site's (deployment.yaml's), and left alone.
+    janitor_conf = {"config_file": local_site_file()}
     dry = janitor.test(run_conf={**janitor_conf, "janitor__dry_run": True})
     assert dry.state == DagRunState.SUCCESS
     listed = dry.get_task_instance("janitor").xcom_pull(task_ids="janitor")
@@ -370,6 +371,9 @@ def the_janitor_removes_a_killed_runs_leftovers_and_keeps(janitor, local_config,
     assert sorted(listed["topics"]) == sorted(left["topics"])
     assert sorted(listed["subscriptions"]) == sorted(left["subscriptions"])
     assert listed["buckets"] == [killed.bucket] and listed["prefixes"] == []
+    alone = {item["name"]: item["why"] for item in listed["left_alone"]}
+    assert live_before["topics"] and all(alone.get(topic, "").startswith("made by site deployment's DAGs")
+                                         for topic in live_before["topics"])
     assert process_alive(pid)  # a dry run deletes nothing
 
     swept = janitor.test(run_conf={**janitor_conf, "janitor__dry_run": False})

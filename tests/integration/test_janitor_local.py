@@ -41,6 +41,8 @@ def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config, 
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
     from airflow.providers.google.cloud.hooks.pubsub import PubSubHook
 
+    from tests.helpers import site_config
+
     with emulator_environment(config):
         pubsub, gcs = PubSubHook(gcp_conn_id=LOCAL_CONN_ID), GCSHook(gcp_conn_id=LOCAL_CONN_ID)
         for topic in TEAM_TOPICS:
@@ -51,6 +53,11 @@ def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config, 
         gcs.create_bucket(bucket_name=TEAM_BUCKET, project_id=PROJECT)
         killed = resource_names(config, "gf-00000000ff")  # its own bucket, labelled, and its DAG run gone
         create_resources(config, killed, LOCAL_CONN_ID, lease=("llm_streaming_inference", "manual__gone"))
+        # Another site's killed run in the same project: that site's janitor judges it, this one leaves it alone.
+        other_site = load_config(site_config("other-site.yaml", config_file))
+        elsewhere = resource_names(other_site, "gf-00000000fe")
+        create_resources(other_site, elsewhere, LOCAL_CONN_ID, lease=("other-site__llm_streaming_inference",
+                                                                        "manual__gone"))
     try:
         run = janitor(config_file).test()
         assert run.state == DagRunState.SUCCESS
@@ -59,10 +66,14 @@ def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config, 
         alone = {item["name"]: item["why"] for item in result["left_alone"]}
         assert {*TEAM_TOPICS, TEAM_SUBSCRIPTION, TEAM_BUCKET} <= set(alone), alone
         assert sorted(result["topics"]) == sorted(killed.topics) and result["buckets"] == [killed.bucket]
+        for name in [*elsewhere.topics, *elsewhere.subscriptions, elsewhere.bucket]:
+            assert alone[name] == ("made by site other-site's DAGs; this janitor judges site janitor-project's "
+                                   "only"), (name, alone.get(name))
         with emulator_environment(config):
             left = list_named(config, LOCAL_CONN_ID, ("gf-", "gfd-"))
             assert set(TEAM_TOPICS) <= set(left["topics"]) and TEAM_SUBSCRIPTION in left["subscriptions"]
             assert not set(killed.topics) & set(left["topics"])
+            assert set(elsewhere.topics) <= set(left["topics"]) and gcs.get_conn().bucket(elsewhere.bucket).exists()
             pulled = pubsub.pull(project_id=PROJECT, subscription=TEAM_SUBSCRIPTION, max_messages=10,
                                  return_immediately=False)
             assert sorted(m.message.data for m in pulled) == [b"event 0", b"event 1", b"event 2"]
@@ -74,6 +85,7 @@ def test_a_real_janitor_run_deletes_only_what_gpuflow_labelled(janitor, config, 
                 pubsub.delete_topic(topic=topic, project_id=PROJECT, fail_if_not_exists=False)
             gcs.delete_bucket(bucket_name=TEAM_BUCKET, force=True)
             delete_resources(config, killed, LOCAL_CONN_ID)
+            delete_resources(other_site, elsewhere, LOCAL_CONN_ID)
 
 
 def test_a_killed_runs_rollout_evaluation_is_stopped_and_its_answers_swept(janitor, config, config_file):

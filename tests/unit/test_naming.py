@@ -60,3 +60,18 @@ def test_labels_and_job_names_follow_googles_rules():
     odd = config.model_copy(update={"gpu": config.gpu.model_copy(update={"type": "NVIDIA_L4"})})
     with pytest.raises(ConfigError, match="Dataflow's rule"):
         job_name_for(names, odd, "llm-inference")
+
+
+@pytest.mark.parametrize(("file_name", "site"), [("team-a.yaml", "team-a"), ("ml_ops2.yaml", "ml_ops2"),
+                                                 ("gcp.example.yaml", ""), ("Team.yaml", "")])
+def test_every_resource_is_labelled_with_the_site_whose_file_made_it(tmp_path, file_name, site):
+    """A janitor judges its own site's resources only (gpuflow.steps.janitor): the site rides in every label set,
+    and in the lease that objects, which carry no labels, lie beside. A file that names no site gives no label."""
+    from gpuflow.configuration.loading import load_config
+    from gpuflow.runs.naming import SITE_LABEL, resource_names
+
+    config_file = tmp_path / file_name
+    config_file.write_text("profile: local\n")
+    names = resource_names(load_config(config_file), "gf-0123456789")
+    assert names.labels.get(SITE_LABEL, "") == site
+    assert names.labels["gpuflow-run"] == "gf-0123456789"

@@ -132,24 +132,31 @@ class Records:
     def write_lease(self, names: ResourceNames, dag_id: str, run_id: str) -> None:
         """Which DAG run owns the ``gf-`` prefix (and which deployment it serves), beside the run's objects; a
         deployment's run also marks the deployment's folder as gpuflow's, once."""
-        lease = {"dag_id": dag_id, "run_id": run_id, "deployment": names.deployment, "written_at": time.time()}
+        lease = {"dag_id": dag_id, "run_id": run_id, "deployment": names.deployment, "written_at": time.time(),
+                 "labels": names.labels}  # objects have none: the janitor reads the run's site here
         bucket, blob = split_gcs_uri(names.gcs_uri(LEASE_FILE))
         self.gcs.upload(bucket, blob, data=json.dumps(lease), mime_type="application/json")
         if names.deployment:
             bucket, blob = split_gcs_uri(f"{deployment_folder(self.config, names.deployment)}/{DEPLOYMENT_MARK}")
             if not self.gcs.exists(bucket, blob):
-                self.gcs.upload(bucket, blob, data=json.dumps({**lease, "labels": names.labels}),
-                                mime_type="application/json")
+                self.gcs.upload(bucket, blob, data=json.dumps(lease), mime_type="application/json")
 
     def read_lease(self, prefix: str, bucket: str | None = None) -> dict[str, Any] | None:
         """The run's lease, in the configured bucket, or in ``bucket`` (a run's own bucket holds its lease)."""
         config = self.config.model_copy(update={"bucket": bucket}) if bucket else self.config
-        bucket, blob = split_gcs_uri(resource_names(config, prefix).gcs_uri(LEASE_FILE))
+        return self._read_json(resource_names(config, prefix).gcs_uri(LEASE_FILE))
+
+    def read_owner_mark(self, deployment: str) -> dict[str, Any] | None:
+        """The owner mark of a deployment's folder: the lease of the run that first served it."""
+        return self._read_json(f"{deployment_folder(self.config, deployment)}/{DEPLOYMENT_MARK}")
+
+    def _read_json(self, uri: str) -> dict[str, Any] | None:
+        bucket, blob = split_gcs_uri(uri)
         try:
             if not self.gcs.exists(bucket, blob):
                 return None
-            lease: dict[str, Any] = json.loads(self.gcs.download(bucket, blob))
-            return lease
-        except Exception as error:  # a bucket gone or unreadable: no lease to go by
-            log.info("no lease for %s (%s)", prefix, error)
+            found: dict[str, Any] = json.loads(self.gcs.download(bucket, blob))
+            return found
+        except Exception as error:  # a bucket gone or unreadable: nothing to go by
+            log.info("nothing to read at %s (%s)", uri, error)
             return None

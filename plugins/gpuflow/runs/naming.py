@@ -48,6 +48,7 @@ class ResourceNames(BaseModel):
     deployment: str | None = None  # persistent mode: the deployment whose topics and job the run serves on
     job_prefix: str = ""  # what the run's streaming job name starts with (the run prefix, or the deployment's)
     model_version: str = ""  # the id each answer of the model this run exported carries: <model name>@<run prefix>
+    site: str = ""  # the site whose DAGs made the run (GpuflowConfig.site): a janitor judges its own site's only
 
     @property
     def run_topics(self) -> list[str]:
@@ -64,9 +65,11 @@ class ResourceNames(BaseModel):
 
     @property
     def labels(self) -> dict[str, str]:
-        """The labels by which the janitor knows a job, topic or subscription: the run that made it, and its
-        deployment if any (the names carry the same prefixes). Each is checked to Google's label rule."""
-        labels = {"gpuflow-run": self.prefix, **({DEPLOYMENT_LABEL: self.deployment} if self.deployment else {})}
+        """The labels by which the janitor knows a job, topic or subscription: the run that made it, its
+        deployment if any (the names carry the same prefixes) and its site. Each is checked to Google's label
+        rule."""
+        labels = {"gpuflow-run": self.prefix, **({DEPLOYMENT_LABEL: self.deployment} if self.deployment else {}),
+                  **({SITE_LABEL: self.site} if self.site else {})}
         bad = {key: value for key, value in labels.items()
                if not (LABEL_KEY.fullmatch(key) and LABEL_VALUE.fullmatch(value))}
         if bad:
@@ -122,6 +125,9 @@ def deployment_prefix(name: str) -> str:
 
 #: The label that names the deployment a job, topic or subscription serves (``ResourceNames.labels``).
 DEPLOYMENT_LABEL = "gpuflow-deployment"
+#: The label that names the site whose DAGs made a resource: several sites may share a project, and each one's
+#: janitor reads its own records only, so it judges only what its own site made.
+SITE_LABEL = "gpuflow-site"
 
 
 def owned_by_deployment(config: GpuflowConfig, name: str, kind: str, resource: str) -> bool:
@@ -196,4 +202,5 @@ def _run_names(config: GpuflowConfig, prefix: str) -> ResourceNames:
         model_dir_uri=config.export.model_dir or f"gs://{bucket}/{GPUFLOW_PREFIX}{prefix}/model",
         job_prefix=prefix,
         model_version=f"{config.model.name.rstrip('/').rsplit('/', 1)[-1]}@{prefix}",
+        site=config.site,
     )

@@ -7,7 +7,9 @@ a subscription with a backlog is data. So the janitor deletes only:
   local pipeline processes carry them in their environment), and whose labels agree with their names (a label of
   run X on a resource named for run Y is left alone);
 * objects under ``gpuflow/<run>/`` with the run's lease (``run.json``) beside them, and deployment folders with the
-  deployment's owner mark (``owner.json``): objects have no labels.
+  deployment's owner mark (``owner.json``): objects have no labels, so the lease and the mark carry the run's;
+* of all these, only what its own site's DAGs made (the ``gpuflow-site`` label): sites may share a project, and a
+  janitor reads its own site's records and leases only, so another site's live deployment would look abandoned.
 
 Whatever is named like gpuflow's but lacks that proof (made by someone else, or by a gpuflow version before labels)
 is never deleted: the log and the XCom (``left_alone``) list each one with why.
@@ -28,7 +30,7 @@ from typing import Any
 from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.platform import JobFinder
 from gpuflow.platform.records import DEPLOYMENT_MARK, Records
-from gpuflow.runs.naming import DEPLOYMENTS_FOLDER, deployment_folder, deployment_prefix
+from gpuflow.runs.naming import DEPLOYMENTS_FOLDER, SITE_LABEL, deployment_folder, deployment_prefix
 
 log = logging.getLogger(__name__)
 
@@ -120,18 +122,31 @@ def label_disagreement(name: str, labels: dict[str, str]) -> str | None:
     return None
 
 
-class Claims:
-    """What the janitor may judge: gpuflow's by its labels or owner marks. The rest is left alone, with why."""
+def _site(site: str) -> str:
+    return f"site {site}" if site else "no site"
 
-    def __init__(self) -> None:
+
+class Claims:
+    """What the janitor may judge: gpuflow's by its labels or owner marks, and its own ``site``'s. The rest is left
+    alone, with why."""
+
+    def __init__(self, site: str) -> None:
+        self.site = site
         self.left_alone: list[dict[str, str]] = []
+
+    def other_site(self, labels: dict[str, str]) -> str | None:
+        made_by = labels.get(SITE_LABEL, "")
+        if made_by == self.site:
+            return None
+        return f"made by {_site(made_by)}'s DAGs; this janitor judges {_site(self.site)}'s only"
 
     def claim(self, kind: str, found: dict[str, dict[str, str]],
               why_not: Callable[[str, dict[str, str]], str | None] = label_disagreement) -> list[str]:
-        """The names among ``found`` (name -> labels) that are gpuflow's; each other one is left alone, logged."""
+        """The names among ``found`` (name -> labels, or the labels its lease or owner mark names) that are
+        gpuflow's and this site's; each other one is left alone, logged."""
         mine = []
         for name, labels in found.items():
-            why = why_not(name, labels)
+            why = why_not(name, labels) or self.other_site(labels)
             if why:
                 self.left_alone.append({"kind": kind, "name": name, "why": why})
                 log.warning("left alone: %s %s (%s)", kind, name, why)
@@ -147,28 +162,28 @@ def find_leftovers(config: GpuflowConfig, platform: JobFinder, dagrun_state: Dag
 
     records = Records(config, platform.conn_id)
     ownership = Ownership(records, dagrun_state)
-    claims = Claims()
+    claims = Claims(config.site)
 
-    def bucket_why_not(bucket: str, labels: dict[str, str]) -> str | None:
-        """Labels that agree with the name, or, where the storage service keeps no bucket labels (the GCS emulator
-        drops them), the run's lease inside the bucket."""
-        if labels:
-            return label_disagreement(bucket, labels)
-        return None if ownership.lease(bucket_run(bucket), bucket) else "no gpuflow labels, and no run.json lease inside"
+    def lease_labels(prefix: str, bucket: str | None = None) -> dict[str, str]:
+        labels: dict[str, str] = (ownership.lease(prefix, bucket) or {}).get("labels", {})
+        return labels
 
-    buckets = {bucket: bucket_run(bucket) for bucket in claims.claim("bucket", _run_buckets(config, records),
-                                                                     bucket_why_not)}
-    prefixes = claims.claim("objects under gpuflow/", {prefix: {} for prefix in _object_prefixes(config, records)},
-                            lambda prefix, _: None if ownership.lease(prefix) else "no run.json lease beside them")
+    # Where the storage service keeps no bucket labels (the GCS emulator drops them), the lease inside says.
+    buckets = {bucket: bucket_run(bucket) for bucket in claims.claim("bucket", {
+        bucket: labels or lease_labels(bucket_run(bucket), bucket)
+        for bucket, labels in _run_buckets(config, records).items()})}
+    prefixes = claims.claim("objects under gpuflow/", {
+        prefix: lease_labels(prefix) for prefix in _object_prefixes(config, records)},
+        lambda prefix, _: None if ownership.lease(prefix) else "no run.json lease beside them")
     live = {prefix: ownership.run_live(prefix) for prefix in prefixes}
     live.update({prefix: ownership.run_live(prefix, bucket) for bucket, prefix in buckets.items()})
     # (asking first also learns which deployments live runs are creating, before their resources are judged)
     found = list_labeled(config, platform.conn_id, ("gf-", "gfd-"))  # one listing of each kind
     jobs = platform.find_gpuflow_jobs()
     labelled_jobs = set(claims.claim("job", {job.name: platform.job_labels(job) for job in jobs}))
-    folders = claims.claim("deployment folder", {name: {} for name in _deployment_folders(config, records)}, lambda name, _: (
-        None if config.bucket and records.gcs.exists(config.bucket, f"{DEPLOYMENTS_FOLDER}/{name}/{DEPLOYMENT_MARK}")
-        else f"no {DEPLOYMENT_MARK} owner mark"))
+    marks = {name: records.read_owner_mark(name) for name in _deployment_folders(config, records)}
+    folders = claims.claim("deployment folder", {name: (mark or {}).get("labels", {}) for name, mark in marks.items()},
+                           lambda name, _: None if marks[name] else f"no {DEPLOYMENT_MARK} owner mark")
     return {
         "jobs": [job.to_xcom() for job in jobs if job.name in labelled_jobs and not ownership.owned(job.name, job.id)],
         "subscriptions": [name for name in claims.claim("subscription", found["subscriptions"])

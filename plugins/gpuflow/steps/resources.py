@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuflow.configuration.model import GpuflowConfig
 from gpuflow.gcs_uris import split_gcs_uri
-from gpuflow.runs.naming import ResourceNames
+from gpuflow.runs.naming import SITE_LABEL, ResourceNames, deployment_prefix
 
 if TYPE_CHECKING:
     from airflow.providers.google.cloud.hooks.gcs import GCSHook
@@ -105,6 +105,22 @@ def ensure_bucket(gcs: GCSHook, config: GpuflowConfig, names: ResourceNames, con
         ) from None
 
 
+def check_deployment_topics(config: GpuflowConfig, names: ResourceNames, conn_id: str) -> None:
+    """A deployment's topics are named after the deployment alone, and a run reuses them. Where they exist labelled
+    with another site (``gpuflow-site``: sites may share a project), they are another team's deployment's, and its
+    prompts would reach this site's job: refused before anything is made. (Topics made before gpuflow labelled
+    sites carry no site label, and are reused.)"""
+    existing = list_labeled(config, conn_id, deployment_prefix(names.serving) + "-")["topics"]
+    others = {topic: labels[SITE_LABEL] for topic, labels in existing.items()
+              if topic in names.topics and labels.get(SITE_LABEL, names.site) != names.site}
+    if others:
+        raise RuntimeError(
+            f"deployment {names.deployment}'s topics exist in project {config.project}, made by another site's DAGs "
+            f"({', '.join(f'{topic}: site {site}' for topic, site in sorted(others.items()))}); this run's site is "
+            f"{names.site or '(none)'}. Nothing was created. Fix: give this site's deployment a name of its own "
+            "(deployment.name), or use a project of the site's own.")
+
+
 def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, pubsub: bool = True,
                      job_subscription: bool = True, lease: tuple[str, str] | None = None) -> dict[str, Any]:
     """Idempotent: existing resources with the run's names are reused. On failure, removes what the run owns.
@@ -120,6 +136,8 @@ def create_resources(config: GpuflowConfig, names: ResourceNames, conn_id: str, 
     subscriptions = dict(names.run_subscriptions) if pubsub else {}
     if pubsub and job_subscription:
         subscriptions[names.prompts_subscription] = names.prompts_topic
+    if pubsub and names.deployment:
+        check_deployment_topics(config, names, conn_id)
     bucket_created = ensure_bucket(gcs, config, names, conn_id)  # refused: nothing made, nothing to remove
     try:
         if lease:
