@@ -326,13 +326,14 @@ def test_hostile_confs_through_the_rest_api_are_refused_before_anything_is_creat
     for dag_id in (DAG_ID, "dataproc_gpu_batch", BATCH_DAG):
         airflow_live.wait_for_dag(dag_id)
     # The schema: a configuration file, the site's own or another team's (the form's field offers the DAG's alone);
-    # a cost knob beyond the site's limits (none set: no raise) or a GPU type outside them; a batch folder with a
-    # '..' segment, or with a format character. A 400, and no run exists.
+    # a cost knob beyond the site's limits (none set: no raise), a GPU type or a region outside them; a batch
+    # folder with a '..' segment, or with a format character. A 400, and no run exists.
     runs_before = {dag_id: runs_of(airflow_live, dag_id) for dag_id in (DAG_ID, BATCH_DAG)}
     for dag_id, conf in ((DAG_ID, {"config_file": "configs/../../../etc/passwd.yaml"}),
                          (DAG_ID, {"config_file": rollout_site_file(rollout_model)}),  # another site's file
                          (DAG_ID, {"worker__max_num_workers": 1000, "gpu__count": 8}),
                          (DAG_ID, {"gpu__type": "nvidia-h100-80gb"}),
+                         (DAG_ID, {"region": "europe-west4"}),  # the site lists no region beside its own
                          (DAG_ID, {"deployment__mode": "persistent"}),  # the local site allows no lasting one
                          (BATCH_DAG, {"batch__output": "/tmp/gpuflow/../../home/"}),
                          (BATCH_DAG, {"batch__output": f"{state}/answers\u202e/"})):

@@ -64,6 +64,7 @@ def test_a_limit_that_needs_a_figure_the_catalog_lacks_is_not_checked_and_refuse
     (["deployment.mode=persistent", "deployment.name=prod", "limits.max_job_hours=6"], "deployment.mode"),
     (["deployment.mode=persistent", "deployment.name=prod", "limits.lasting_deployments=false"], "deployment.mode"),
     (["dataflow.poll_interval_s=1e-9"], "dataflow.poll_interval_s"),
+    (["region=europe-west4", "limits.regions=[us-central1]"], "region"),
 ])
 def test_each_limit_refuses_a_run_above_it(overrides, field):
     assert [f.field for f in errors(gcp(*overrides))] == [field]

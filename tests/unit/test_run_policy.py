@@ -64,7 +64,7 @@ def test_a_hostile_key_is_refused_naming_the_key_and_the_fix(local, dotted, valu
 
 @pytest.mark.parametrize(("dotted", "value"), [
     ("gpu.count", 1), ("smoke_test.timeout_s", 120.0), ("require_gpu", True), ("gpu.sharing", "mps"),
-    ("deployment.mode", "ephemeral"), ("janitor.dry_run", True), ("region", "europe-west4"),
+    ("deployment.mode", "ephemeral"), ("janitor.dry_run", True), ("region", "us-central1"),
     ("gpu.type", "none"), ("gpu.zone", "us-central1-a"), ("deployment.name", "prod-eu"),
     ("model.name", "gpuflow-demo-causal"), ("container.recipe", "cpu"), ("container.image", None),
     ("batch.output", "/tmp/gpuflow/batch/answers/{ds}/"), ("model.parameters_m", None),
@@ -141,6 +141,13 @@ def test_a_run_may_not_raise_a_cost_knob_the_file_sets_no_limit_for(local, dotte
     for name in limit:
         assert name in problem, (name, problem)
     assert refusal(dotted, value, load_config(site_config(f"limits-{dotted}.yaml", **limit))) is None
+
+
+def test_a_run_may_not_leave_the_files_region_unless_the_site_lists_others(local):
+    problem = refusal("region", "europe-west4", local)
+    assert problem and "would move this run out of the configuration file's" in problem and "limits.regions" in problem
+    listed = load_config(site_config("regions.yaml", **{"limits.regions": ["europe-west4"]}))
+    assert refusal("region", "europe-west4", listed) is None and refusal("region", "us-central1", local) is None
 
 
 def test_lowering_a_cost_knob_needs_no_limit(local):

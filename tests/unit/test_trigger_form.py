@@ -234,7 +234,8 @@ def test_without_limits_a_run_may_lower_a_cost_knob_and_never_raise_it():
     params = site_form(**{"gpu.count": 2, "worker.max_num_workers": 3, "smoke_test.timeout_s": 240})
     for key, above, within in (("gpu__count", 3, 1), ("worker__max_num_workers", 4, 3), ("gpu__type", "nvidia-a100-80gb", "none"),
                                ("deployment__mode", "persistent", "ephemeral"), ("smoke_test__timeout_s", 241, 60),
-                               ("gpu__machine_type", "a2-ultragpu-8g", "g2-standard-4")):
+                               ("gpu__machine_type", "a2-ultragpu-8g", "g2-standard-4"),
+                               ("region", "europe-west4", "us-central1")):
         with pytest.raises(ParamValidationError):
             params[key].resolve(above)
         params[key].resolve(within)
@@ -243,7 +244,7 @@ def test_without_limits_a_run_may_lower_a_cost_knob_and_never_raise_it():
 def test_a_sites_limits_bound_its_fields():
     params = site_form(**{"limits.max_gpus": 8, "limits.gpu_types": ["nvidia-l4", "nvidia-tesla-t4"],
                           "limits.lasting_deployments": True, "limits.max_job_hours": 2,
-                          "limits.max_usd_per_hour": 40})
+                          "limits.max_usd_per_hour": 40, "limits.regions": ["europe-west4", "us-central1"]})
     assert params["gpu__count"].schema["maximum"] == 8 and params["worker__max_num_workers"].schema["maximum"] == 8
     assert params["gpu__type"].schema["enum"] == ["nvidia-l4", "none", "nvidia-tesla-t4"]
     assert params["deployment__mode"].schema["enum"] == ["ephemeral", "persistent"]
@@ -254,6 +255,9 @@ def test_a_sites_limits_bound_its_fields():
     with pytest.raises(ParamValidationError):
         params["gpu__type"].resolve("nvidia-h100-80gb")
     assert params["gpu__type"].resolve("nvidia-tesla-t4") == "nvidia-tesla-t4"
+    assert params["region"].schema["enum"] == ["us-central1", "europe-west4"]
+    with pytest.raises(ParamValidationError):
+        params["region"].resolve("asia-east1")
 
 
 def test_a_file_beyond_its_own_limits_still_parses():

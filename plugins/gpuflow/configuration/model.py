@@ -612,6 +612,9 @@ class LimitsConfig(_Section):
     gpu_types: list[str] = Field(default_factory=list, description=(
         "GPU types (gpu.type) and Dataproc accelerators a job may use. Empty: a run keeps the file's GPU type "
         "(or picks gpu.type none)."))
+    regions: list[str] = Field(default_factory=list, description=(
+        "Regions a run may pick (region). Empty: a run keeps the file's region. (gpu.fallbacks' regions are the "
+        "file's own.)"))
     max_job_hours: float | None = Field(None, gt=0, description=(
         "The most hours a job may run: batch.job_timeout_s and dataproc.timeout_s must fit; a lasting deployment, "
         "which runs until it is torn down, is refused. Empty: a run may not raise a timeout above the file's."))
@@ -629,6 +632,14 @@ class LimitsConfig(_Section):
         "The most a run's main job may cost per hour at its peak, in USD at on-demand list prices "
         "(catalog/prices.yaml). A run whose figure is higher, or that the catalog cannot price, is refused. "
         "Empty: no bound, and a run keeps the file's machine types."))
+
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, value: list[str]) -> list[str]:
+        for region in value:
+            _matches(REGION, "region", region)
+        return value
 
 
 class JanitorConfig(_Section):

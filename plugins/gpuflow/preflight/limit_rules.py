@@ -103,6 +103,9 @@ def limit_findings(config: GpuflowConfig, workflow: str) -> Iterator[Finding]:
                     "limits.max_job_hours from the configuration file")
     gpu_type = (config.dataproc.accelerator if workflow == DATAPROC_WORKFLOW and config.dataproc
                 else config.gpu.type if config.uses_gpu else None)
+    if limits.regions and config.region not in limits.regions:
+        yield error("region", f"{config.region} is not among the regions this site allows "
+                    f"({', '.join(limits.regions)})", f"pick one of them, {fix_limits}")
     if gpu_type and limits.gpu_types and gpu_type not in limits.gpu_types:
         yield error("gpu.type", f"{gpu_type} is not among the GPU types this site allows "
                     f"({', '.join(limits.gpu_types)})", f"pick one of them, {fix_limits}")

@@ -110,10 +110,12 @@ def _cost_problem(dotted: str, value: Any, base: GpuflowConfig) -> str | None:
     if not unset or not _raises(dotted, value, file_value):
         return None
     named = [f"limits.{name}" for name in unset]
-    return (f"{dotted}: {_shown(value)} would raise this run's cost above the configuration file's "
+    beyond, keep = (("would move this run out of", "the file's value") if dotted == "region"
+                    else ("would raise this run's cost above", "the file's value or below"))
+    return (f"{dotted}: {_shown(value)} {beyond} the configuration file's "
             f"({_shown(file_value)}), and the file sets no limit that allows it ({', '.join(named)} is empty). Fix: "
-            f"keep {dotted} at the file's value or below; to allow more, set {' and '.join(named)} in the "
-            "configuration file (docs/security.md).")
+            f"keep {dotted} at {keep}; to allow more, set {' and '.join(named)} in the configuration file "
+            "(docs/security.md).")
 
 
 #: Folders a run may point somewhere, within bounds (``path_problem``).

@@ -109,6 +109,7 @@ COST_KNOBS = {
                      "deployment.rollout_timeout_s", "batch.input_wait_s"), ("max_job_hours",)),
     **dict.fromkeys(("gpu.type", "dataproc.accelerator"), ("gpu_types",)),
     **dict.fromkeys(("gpu.machine_type", "worker.machine_type"), ("max_usd_per_hour",)),
+    "region": ("regions",),  # where the GPUs, their quota and their prices are
 }
 
 
@@ -291,8 +292,9 @@ def site_bounds(dotted: str, value: Any, values: dict[str, Any], schema: dict[st
     if dotted == "deployment.mode":
         lasting = limit["lasting_deployments"] is True or value == "persistent"
         return {"enum": ["ephemeral", "persistent"] if lasting else [value]}
-    if dotted in ("gpu.type", "dataproc.accelerator"):
-        choices = [value, *(["none"] if dotted == "gpu.type" else []), *(limit["gpu_types"] or [])]
+    if dotted in ("gpu.type", "dataproc.accelerator", "region"):
+        allowed = limit["regions"] if dotted == "region" else limit["gpu_types"]
+        choices = [value, *(["none"] if dotted == "gpu.type" else []), *(allowed or [])]
         return {"enum": [c for i, c in enumerate(choices) if c not in choices[:i]
                          and ("enum" not in schema or c in schema["enum"])]}
     if limit.get("max_usd_per_hour") is None:  # machine types: the file's, unless a price bound lets preflight judge
