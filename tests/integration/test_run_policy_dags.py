@@ -69,7 +69,8 @@ def hostile_confs(targets) -> list[tuple[str, str, str | None, dict]]:
         ("deletion", BATCH, site, {"batch__output": f"{targets['team']}/"}),
         ("deletion", STREAMING, site, {"bucket": "another-teams-bucket"}),
         ("deletion", STREAMING, site, {"local__state_dir": str(targets["team"])}),
-        ("names", STREAMING, site, {"region": "us central1"}),
+        ("names", STREAMING, site, {"deployment__name": "prod eu; touch /tmp/owned"}),
+        ("region", STREAMING, site, {"region": "us central1"}),  # the file's region alone (no limits.regions)
         ("quoting", STREAMING, site, {"gpu__zone": "us-central1-a; touch /tmp/owned"}),
         ("size", BATCH, site, {"batch__input": "/tmp/gpuflow/{ds:>999999999}"}),
         # A section as one key: the standard library's timeit runs the statement it is given.
@@ -109,11 +110,11 @@ def test_a_hostile_conf_fails_preflight_and_leaves_its_target(bag, local_config,
     _, _, site_file, conf = hostile_confs(targets)[index]
     dag = bag.dags[dag_id] if site_file is None else site_dag(site_file, dag_id)
     dates = {"logical_date": pendulum.datetime(2026, 5, 1, tz="UTC")} if dag_id == BATCH else {}
-    # What the Params' schema can say, it says: a configuration file other than the DAG's, a cost knob beyond the
-    # site's limits, a format character in a path. No run at all.
-    schema_refuses = kind in ("paths", "cost") or "\u202e" in str(conf.get("batch__output", ""))
+    # What the Params' schema can say, it says: a configuration file other than the DAG's, a cost knob or a region
+    # beyond the site's limits, a format character in a path. No run at all.
+    schema_refuses = kind in ("paths", "cost", "region") or "\u202e" in str(conf.get("batch__output", ""))
     if schema_refuses:
-        with pytest.raises(ParamValidationError, match="config_file|batch__output|__"):
+        with pytest.raises(ParamValidationError, match="config_file|batch__output|__|param region"):
             dag.test(run_conf=conf, **dates)
         assert not targets["marker"].exists()
         return

@@ -633,7 +633,6 @@ class LimitsConfig(_Section):
         "(catalog/prices.yaml). A run whose figure is higher, or that the catalog cannot price, is refused. "
         "Empty: no bound, and a run keeps the file's machine types."))
 
-
     @field_validator("regions")
     @classmethod
     def _regions(cls, value: list[str]) -> list[str]:
