@@ -27,6 +27,12 @@ USERNAME = "gpuflow-admin"
 TRIGGER_USER = "gpuflow-trigger"
 
 
+#: Airflow's services, all of which a person's Airflow runs.
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+#: The pool of the tasks that start GPU jobs, as docs/gcp.md tells a person to create it.
+POOL = ("pools", "set", "gpuflow_gpu", "1", "gpuflow: GPU jobs start one at a time", "--include-deferred")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -69,16 +75,17 @@ class LiveAirflow:
             **self.extra_env,
         }
 
-    def start(self, timeout_s: float = 180) -> None:
+    def start(self, timeout_s: float = 180, components: tuple[str, ...] = COMPONENTS,
+              setup: tuple[tuple[str, ...], ...] = (POOL,)) -> None:
+        """Migrate the database, run each ``setup`` command of Airflow's CLI, then start ``components``."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password, TRIGGER_USER: self.password}))
         env = self.env()
-        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
-        # The pool of the tasks that start GPU jobs, as docs/gcp.md tells a person to create it.
-        subprocess.run([sys.executable, "-m", "airflow", "pools", "set", "gpuflow_gpu", "1",
-                        "gpuflow: GPU jobs start one at a time", "--include-deferred"], env=env, check=True,
-                       capture_output=True)
-        for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        for command in (("db", "migrate"), *setup):
+            done = subprocess.run([sys.executable, "-m", "airflow", *command], env=env, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"airflow {' '.join(command[:2])} failed: {(done.stdout + done.stderr)[-3000:]}")
+        for name in components:
             self.start_process(name, env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
