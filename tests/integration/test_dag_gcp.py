@@ -169,7 +169,8 @@ def test_success_exports_builds_checks_launches_answers_and_cleans_up(airflow_db
     # Vertex AI job, both Dataflow jobs (their launch requests), and the build's tags.
     from tests.helpers import assert_all_labelled
 
-    names = resource_names(load_config(None, overrides=[f"project={PROJECT}"]), prefix)
+    names = resource_names(load_config(CONF["config_file"]), prefix)
+    assert names.labels["gpuflow-site"] == "gcp"  # the site whose file made the run: gcp.yaml's
     assert {"topic", "subscription"} <= {kind for kind, _, _ in create_calls}  # (the configured bucket exists)
     assert_all_labelled(create_calls, names)
     assert dict(create.custom_job.labels) == names.labels
