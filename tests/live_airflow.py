@@ -33,6 +33,11 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 POOL = ("pools", "set", "gpuflow_gpu", "1", "gpuflow: GPU jobs start one at a time", "--include-deferred")
 
 
+def database_name(home: Path) -> str:
+    """The Airflow home's own database: one per home, on the session's server (which xdist's workers share)."""
+    return f"airflow_{os.getpid()}_" + "".join(c if c.isalnum() else "_" for c in home.name.lower())
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

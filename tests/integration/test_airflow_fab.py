@@ -30,8 +30,7 @@ def fab_airflow(tmp_path_factory, postgres_server):
 
     from gpuflow.sites import write_site_dag_file
     from tests.helpers import site_config
-    from tests.integration.test_airflow_live import database_name
-    from tests.live_airflow import USERNAME, LiveAirflow
+    from tests.live_airflow import USERNAME, LiveAirflow, database_name
 
     home = tmp_path_factory.mktemp("airflow-fab")
     site_dags = home / "site-dags"

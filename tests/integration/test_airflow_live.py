@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
-from tests.live_airflow import USERNAME, LiveAirflow
+from tests.live_airflow import USERNAME, LiveAirflow, database_name
 
 #: The sites the live Airflow serves (tests.helpers.site_config writes their files): the tests' local site, and the
 #: site of the lasting deployment the browser test makes and rolls out (it allows lasting deployments and serves a
@@ -30,11 +30,6 @@ def bundles(site_dags: Path) -> str:
         {"name": "dags-folder", "classpath": local, "kwargs": {}},
         {"name": "gpuflow-sites", "classpath": local, "kwargs": {"path": str(site_dags)}},
         {"name": "test-dags", "classpath": local, "kwargs": {"path": str(ROOT / "tests" / "dags")}}])
-
-
-def database_name(home: Path) -> str:
-    """The Airflow home's own database: one per home, on the session's server (which xdist's workers share)."""
-    return f"airflow_{os.getpid()}_" + "".join(c if c.isalnum() else "_" for c in home.name.lower())
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,13 @@ import ipaddress
 import re
 import string
 import unicodedata
-from pathlib import PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpuflow.configuration.profiles import PROFILES, ProfileTraits
 from gpuflow.paths import project_path
-from gpuflow.sites import SITE_NAME
+from gpuflow.sites import SiteNameError, site_name
 
 DEFAULT_CONFIG_FILE = project_path("configs/local.yaml")
 
@@ -717,8 +716,12 @@ class GpuflowConfig(_Section):
         """The site whose file this configuration was read from (gpuflow.sites): its file's stem. Empty for one read
         from no file, or from a file whose name cannot name a site (configs/gcp.example.yaml): its resources carry
         no site label, and only a janitor of no site judges them."""
-        stem = PurePath(self.source_file).stem if self.source_file else ""
-        return stem if SITE_NAME.fullmatch(stem) else ""
+        if not self.source_file:
+            return ""
+        try:
+            return site_name(self.source_file)
+        except SiteNameError:
+            return ""
 
     @property
     def launch_mode(self) -> Literal["direct", "flex_template"]:
